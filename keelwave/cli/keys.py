@@ -1,0 +1,120 @@
+"""``keelwave keys``: create, list and revoke API keys, straight in the database.
+
+These commands work with the server running or not; on the embedded
+database they join the server that ``keelwave serve`` runs.
+"""
+
+from __future__ import annotations
+
+import json
+from enum import Enum
+from typing import Annotated
+
+import psycopg
+import typer
+from rich.table import Table
+
+from keelwave.cli.common import (
+    DataDir,
+    DatabaseUrl,
+    connected,
+    fail,
+    require_schema,
+    settings_from,
+    stdout,
+)
+from keelwave.db import keys as store
+
+app = typer.Typer(help="Create, list and revoke API keys.", no_args_is_help=True)
+
+
+class Scope(str, Enum):
+    ingest = "ingest"
+    read = "read"
+    all = "all"
+
+
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]
+
+
+@app.command("create")
+def create(
+    project: Annotated[
+        str, typer.Option("--project", "-p", help="Project name; created if it does not exist.")
+    ] = store.DEFAULT_PROJECT,
+    name: Annotated[str | None, typer.Option("--name", help="A label to recognise the key.")] = None,
+    scope: Annotated[
+        Scope, typer.Option("--scope", help="ingest: send data; read: query; all: both.")
+    ] = Scope.all,
+    as_json: JsonFlag = False,
+    database_url: DatabaseUrl = None,
+    data_dir: DataDir = None,
+) -> None:
+    """Create a key. It is printed once; only its hash is stored."""
+    settings = settings_from(database_url=database_url, data_dir=data_dir)
+    with connected(settings) as conninfo, psycopg.connect(conninfo, autocommit=True) as conn:
+        require_schema(conn)
+        try:
+            created = store.create_key(conn, project, scope.value, name)
+        except ValueError as error:
+            fail(str(error))
+    if as_json:
+        stdout.print_json(json.dumps(created.as_dict()))
+        return
+    stdout.print(f"Created a [bold]{created.scope}[/] key for project "
+                 f"[bold]{created.project}[/] ({created.project_id}).")
+    stdout.print("It is shown only this once; store it somewhere safe:\n")
+    stdout.print(f"  {created.key}\n", markup=False)
+    stdout.print(f"Key id: {created.id}  (revoke with `keelwave keys revoke {created.id[:8]}`)")
+
+
+@app.command("list")
+def list_(
+    project: Annotated[
+        str | None, typer.Option("--project", "-p", help="Only this project's keys.")
+    ] = None,
+    as_json: JsonFlag = False,
+    database_url: DatabaseUrl = None,
+    data_dir: DataDir = None,
+) -> None:
+    """List keys (never the keys themselves: only their first characters)."""
+    settings = settings_from(database_url=database_url, data_dir=data_dir)
+    with connected(settings) as conninfo, psycopg.connect(conninfo, autocommit=True) as conn:
+        require_schema(conn)
+        rows = store.list_keys(conn, project)
+    if as_json:
+        stdout.print_json(json.dumps([store.jsonable(row) for row in rows]))
+        return
+    if not rows:
+        stdout.print("No keys yet. Create one with `keelwave keys create --project NAME`.")
+        return
+    table = Table("id", "prefix", "project", "scope", "name", "created", "status")
+    for row in rows:
+        status = "revoked" if row["revoked_at"] else "active"
+        table.add_row(
+            row["id"], row["prefix"] + "…", row["project"], row["scope"], row["name"] or "",
+            row["created_at"].strftime("%Y-%m-%d %H:%M"),
+            f"[red]{status}[/]" if row["revoked_at"] else f"[green]{status}[/]",
+        )
+    stdout.print(table)
+
+
+@app.command("revoke")
+def revoke(
+    key_id: Annotated[str, typer.Argument(help="The key's id, or a unique start of it.")],
+    as_json: JsonFlag = False,
+    database_url: DatabaseUrl = None,
+    data_dir: DataDir = None,
+) -> None:
+    """Revoke a key. Running servers stop accepting it at once."""
+    settings = settings_from(database_url=database_url, data_dir=data_dir)
+    with connected(settings) as conninfo, psycopg.connect(conninfo, autocommit=True) as conn:
+        require_schema(conn)
+        try:
+            row = store.revoke_key(conn, key_id)
+        except store.UnknownKey as error:
+            fail(str(error))
+    if as_json:
+        stdout.print_json(json.dumps(store.jsonable(row)))
+        return
+    stdout.print(f"Revoked key {row['id']} ({row['prefix']}…).")

@@ -1,0 +1,121 @@
+"""``keelwave serve``: the API (and, later, the dashboard) on one origin.
+
+It builds the same application object the tests build (``create_app``); all
+this module adds is the process around it: the database (embedded unless a
+URL is given), migrations, the first key, signals and a clean exit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from typing import Annotated
+
+import psycopg
+import typer
+from aiohttp import web
+
+from keelwave.cli.common import (
+    DataDir,
+    DatabaseUrl,
+    connected,
+    fail,
+    redact,
+    settings_from,
+    stdout,
+)
+from keelwave.db import keys as key_store
+from keelwave.db import migrate as migrations
+from keelwave.server.app import create_app
+from keelwave.settings import Settings
+
+log = logging.getLogger("keelwave")
+
+
+def serve(
+    host: Annotated[
+        str | None,
+        typer.Option(help="Interface to bind (env KEELWAVE_HOST, default 127.0.0.1).",
+                     show_default=False),
+    ] = None,
+    port: Annotated[
+        int | None,
+        typer.Option(help="Port (env KEELWAVE_PORT, default 8080; 0 picks a free one).",
+                     show_default=False),
+    ] = None,
+    database_url: DatabaseUrl = None,
+    data_dir: DataDir = None,
+    migrate: Annotated[
+        bool, typer.Option("--migrate/--no-migrate", help="Apply pending migrations on start.")
+    ] = True,
+    log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+) -> None:
+    """Run the keelwave server."""
+    logging.basicConfig(
+        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+    settings = settings_from(host=host, port=port, database_url=database_url, data_dir=data_dir)
+    where = redact(settings.database_url) if settings.database_url else (
+        f"embedded PostgreSQL in {settings.data_dir}"
+    )
+    with connected(settings) as conninfo:
+        if migrate:
+            migrations.upgrade(conninfo)
+        with psycopg.connect(conninfo, autocommit=True) as conn:
+            if conn.execute("SELECT to_regclass('api_keys') IS NULL").fetchone()[0]:
+                fail("the database has no keelwave schema: drop --no-migrate or run "
+                     "`keelwave migrate`")
+            first_key = key_store.bootstrap_first_key(conn)
+        try:
+            asyncio.run(_serve(settings, conninfo, where, first_key))
+        except OSError as error:
+            fail(f"cannot listen on {settings.host}:{settings.port}: {error.strerror or error}")
+
+
+async def _serve(
+    settings: Settings, conninfo: str, where: str, first_key: key_store.CreatedKey | None
+) -> None:
+    app = create_app(settings, conninfo)
+    runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=30)
+    await runner.setup()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    try:
+        site = web.TCPSite(runner, settings.host, settings.port)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # the real one when --port 0
+        url = f"http://{_display_host(settings.host)}:{port}"
+        if first_key is not None:
+            _print_first_key(first_key, url)
+        stdout.print(f"keelwave listening on {url}  (database: {where})")
+        stdout.print("Press Ctrl+C to stop.")
+        await stop.wait()
+        stdout.print("Shutting down: committing buffered data…")
+    finally:
+        # Stops accepting, lets in-flight requests finish, then the writer commits
+        # what is buffered (app cleanup) before the pool closes.
+        await runner.cleanup()
+    stdout.print("Stopped.")
+
+
+def _display_host(host: str) -> str:
+    if host in ("0.0.0.0", "::", ""):
+        return "localhost"
+    return f"[{host}]" if ":" in host else host
+
+
+def _print_first_key(created: key_store.CreatedKey, url: str) -> None:
+    stdout.print()
+    stdout.print(f"First start: created project [bold]{created.project}[/] and an API key "
+                 f"with scope [bold]{created.scope}[/]. It is shown only this once:")
+    stdout.print()
+    stdout.print(f"    {created.key}", markup=False)
+    stdout.print()
+    stdout.print(f"    export KEELWAVE_API_KEY={created.key}", markup=False)
+    stdout.print(f"    export KEELWAVE_ENDPOINT={url}", markup=False)
+    stdout.print(f"    open {url}", markup=False)
+    stdout.print()

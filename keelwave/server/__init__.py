@@ -1,0 +1,1 @@
+"""The HTTP server: ingest API, query API, and (later) the dashboard on one origin."""

@@ -1,0 +1,64 @@
+"""The aiohttp application: ``create_app`` builds what ``keelwave serve`` runs and
+what the tests run, from the same settings and a database conninfo.
+
+Resources (connection pool, ingest writer, key listener) are opened and
+closed in ``cleanup_ctx``, in order, so a shutdown commits buffered writes
+before the pool goes away.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from aiohttp import web
+from psycopg_pool import AsyncConnectionPool
+
+from keelwave.server import appkeys, health, ingest, loops
+from keelwave.server.auth import KeyStore
+from keelwave.server.errors import error_middleware
+from keelwave.server.writer import IngestWriter
+from keelwave.settings import Settings
+
+
+def create_app(settings: Settings, conninfo: str) -> web.Application:
+    app = web.Application(
+        client_max_size=settings.max_body_bytes,
+        middlewares=[error_middleware(settings.retry_after_seconds)],
+    )
+    app[appkeys.SETTINGS] = settings
+    app[appkeys.CONNINFO] = conninfo
+    app.cleanup_ctx.append(_database)
+    app.add_routes(health.routes)
+    app.add_routes(ingest.routes)
+    app.add_routes(loops.routes)
+    return app
+
+
+async def _database(app: web.Application) -> AsyncIterator[None]:
+    settings = app[appkeys.SETTINGS]
+    conninfo = app[appkeys.CONNINFO]
+    pool = AsyncConnectionPool(
+        conninfo,
+        min_size=1,
+        max_size=settings.pool_max_size,
+        kwargs={"autocommit": True},
+        check=AsyncConnectionPool.check_connection,  # drop connections that died in an outage
+        timeout=5,
+        open=False,
+        name="keelwave",
+    )
+    # wait=False: serve (and answer /readyz with 503) even if the database is down.
+    await pool.open(wait=False)
+    writer = IngestWriter(conninfo, settings.flush_max_rows, settings.buffer_max_rows)
+    writer.start()
+    keystore = KeyStore(pool, conninfo, settings.key_cache_seconds)
+    keystore.start()
+    app[appkeys.POOL] = pool
+    app[appkeys.WRITER] = writer
+    app[appkeys.KEYSTORE] = keystore
+    try:
+        yield
+    finally:
+        await writer.close()
+        await keystore.stop()
+        await pool.close()

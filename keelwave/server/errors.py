@@ -1,0 +1,99 @@
+"""One error format for every endpoint, and the middleware that enforces it.
+
+Every failure a client can cause is answered as
+``{"error": {"code", "message", "field"?}}`` with a 4xx status; a database
+that cannot be reached is a 503 with Retry-After. A 500 means a bug in
+keelwave, is logged with its traceback, and never carries internals.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+
+import psycopg
+import psycopg_pool
+from aiohttp import web
+
+log = logging.getLogger("keelwave.server")
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+# Status codes aiohttp raises itself, mapped to our error codes.
+_HTTP_CODES = {
+    400: "bad_request",
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+}
+
+
+class ApiError(Exception):
+    """An error answered to the client as-is."""
+
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        field: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.field = field
+        self.headers = headers or {}
+
+    def response(self) -> web.Response:
+        body: dict[str, str] = {"code": self.code, "message": self.message}
+        if self.field is not None:
+            body["field"] = self.field
+        return web.json_response({"error": body}, status=self.status, headers=self.headers)
+
+
+def not_found(what: str) -> ApiError:
+    return ApiError(404, "not_found", f"{what} not found")
+
+
+def unavailable(retry_after: int, message: str = "the database is unavailable; retry shortly"):
+    return ApiError(
+        503, "database_unavailable", message, headers={"Retry-After": str(retry_after)}
+    )
+
+
+def error_middleware(retry_after: int) -> Callable:
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except ApiError as error:
+            return error.response()
+        except web.HTTPException as error:
+            if error.status < 400:
+                raise
+            code = _HTTP_CODES.get(error.status, "http_error")
+            message = error.reason
+            if error.status == 413:
+                message = f"request body too large (limit {request.client_max_size} bytes)"
+            elif error.status == 404:
+                message = f"no such endpoint: {request.method} {request.path}"
+            elif error.status == 405:
+                message = f"{request.method} is not allowed on {request.path}"
+            return ApiError(error.status, code, message, headers=_allow(error)).response()
+        except (psycopg.OperationalError, psycopg_pool.PoolTimeout, OSError) as error:
+            log.warning("database unavailable during %s %s: %s", request.method, request.path,
+                        error)
+            return unavailable(retry_after).response()
+        except Exception:
+            log.exception("unhandled error in %s %s", request.method, request.path)
+            return ApiError(500, "internal_error", "internal server error").response()
+
+    return middleware
+
+
+def _allow(error: web.HTTPException) -> dict[str, str]:
+    allow = error.headers.get("Allow")
+    return {"Allow": allow} if allow else {}

@@ -1,0 +1,23 @@
+"""The fingerprint of record for a step: how loops are recognised.
+
+``sha256(tool_name || 0x00 || tool_input)``, where ``tool_input`` is the raw
+JSON bytes of that field exactly as the client sent them: whitespace and key
+order count. Two steps share a fingerprint only if the same tool got
+byte-identical input. The zero byte cannot occur in a tool name (ingest
+rejects it), so the name/input boundary is unambiguous.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+
+def fingerprint(tool_name: str | None, tool_input: bytes | memoryview | None) -> bytes | None:
+    """The 32-byte digest, or None for a step without a tool (think, replan)."""
+    if tool_name is None:
+        return None
+    digest = hashlib.sha256(tool_name.encode())
+    digest.update(b"\x00")
+    if tool_input:
+        digest.update(tool_input)
+    return digest.digest()

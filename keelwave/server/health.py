@@ -1,0 +1,33 @@
+"""Liveness and readiness, for load balancers and `docker compose` health checks."""
+
+from __future__ import annotations
+
+import asyncio
+
+from aiohttp import web
+
+from keelwave.server import appkeys
+
+routes = web.RouteTableDef()
+
+
+@routes.get("/healthz")
+async def healthz(request: web.Request) -> web.Response:
+    """The process is up and answering."""
+    return web.json_response({"status": "ok"})
+
+
+@routes.get("/readyz")
+async def readyz(request: web.Request) -> web.Response:
+    """The database answers: ingest and queries can work."""
+    try:
+        async with asyncio.timeout(2):
+            async with request.app[appkeys.POOL].connection(timeout=2) as conn:
+                await conn.execute("SELECT 1")
+    except Exception as error:  # any failure to reach the database means "not ready"
+        return web.json_response(
+            {"status": "unavailable", "reason": f"database unreachable: {type(error).__name__}"},
+            status=503,
+            headers={"Retry-After": str(request.app[appkeys.SETTINGS].retry_after_seconds)},
+        )
+    return web.json_response({"status": "ready"})

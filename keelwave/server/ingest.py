@@ -1,0 +1,210 @@
+"""The ingest API: what SDKs send. Every write is acknowledged only once committed.
+
+Runs, steps and model calls go through the group-commit writer; finishing a
+run is a single UPDATE. Each handler decodes and validates the whole body
+before anything is buffered, so one bad element rejects its request and
+never reaches (or poisons) a shared batch.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+
+from aiohttp import web
+
+from keelwave.server import appkeys
+from keelwave.server.auth import INGEST
+from keelwave.server.errors import ApiError, not_found, unavailable
+from keelwave.server.fingerprint import fingerprint
+from keelwave.server.schemas import (
+    ModelCall,
+    RunFinish,
+    RunStart,
+    Step,
+    check_name,
+    clean_text,
+    decode,
+    payload,
+    timestamp,
+)
+from keelwave.server.writer import DatabaseUnavailable, Overloaded, RowsRejected, WriterClosed
+
+routes = web.RouteTableDef()
+
+
+async def _body(request: web.Request) -> bytes:
+    body = await request.read()  # raises 413 beyond client_max_size
+    if not body.strip():
+        raise ApiError(400, "malformed_json", "request body is empty; send a JSON object")
+    return body
+
+
+async def _write(request: web.Request, **rows: list[tuple]) -> None:
+    settings = request.app[appkeys.SETTINGS]
+    try:
+        await request.app[appkeys.WRITER].write(**rows)
+    except (DatabaseUnavailable, WriterClosed):
+        raise unavailable(settings.retry_after_seconds) from None
+    except Overloaded:
+        raise ApiError(
+            503,
+            "overloaded",
+            "the server is catching up with its write buffer; retry shortly",
+            headers={"Retry-After": str(settings.retry_after_seconds)},
+        ) from None
+    except RowsRejected as error:
+        raise ApiError(422, "rejected", f"the database rejected this data: {error}") from None
+
+
+def _as_list(decoded: object) -> tuple[list, bool]:
+    """Bodies may be one object or an array of them; remember which for field paths."""
+    if isinstance(decoded, list):
+        return decoded, True
+    return [decoded], False
+
+
+def _path(is_array: bool, position: int, field: str) -> str:
+    return f"[{position}].{field}" if is_array else field
+
+
+@routes.post("/v1/ingest/agent/runs")
+async def start_run(request: web.Request) -> web.Response:
+    principal = await request.app[appkeys.KEYSTORE].authenticate(request, INGEST)
+    run: RunStart = decode(await _body(request), RunStart)
+    check_name(run.agent_name, "agent_name")
+    for position, tag in enumerate(run.tags):
+        check_name(tag, f"tags[{position}]")
+    run_id = run.id or uuid.uuid4()
+    now = datetime.now(UTC)
+    row = (
+        principal.project_id,
+        run_id,
+        run.agent_name,
+        run.parent_run_id,
+        timestamp(run.started_at, now),
+        payload(run.input),
+        payload(run.metadata),
+        run.tags,
+    )
+    await _write(request, runs=[row])
+    return web.json_response({"data": {"id": str(run_id)}}, status=201)
+
+
+@routes.post("/v1/ingest/agent/runs/{run_id}/finish")
+async def finish_run(request: web.Request) -> web.Response:
+    principal = await request.app[appkeys.KEYSTORE].authenticate(request, INGEST)
+    run_id = _uuid_or_404(request.match_info["run_id"])
+    finish: RunFinish = decode(await _body(request), RunFinish)
+    ended_at = timestamp(finish.ended_at, datetime.now(UTC))
+    async with request.app[appkeys.POOL].connection() as conn:
+        cursor = await conn.execute(
+            """
+            UPDATE agent_runs SET
+                ended_at = %s,
+                termination_reason = %s,
+                loop_detected = coalesce(%s, loop_detected),
+                loop_step_index = coalesce(%s, loop_step_index),
+                output = coalesce(%s::json, output),
+                error = coalesce(%s, error)
+            WHERE project_id = %s AND id = %s
+            """,
+            (
+                ended_at,
+                finish.termination_reason,
+                finish.loop_detected,
+                finish.loop_step_index,
+                payload(finish.output),
+                clean_text(finish.error),
+                principal.project_id,
+                run_id,
+            ),
+        )
+        if cursor.rowcount == 0:
+            raise not_found(f"run {run_id}")
+    return web.json_response(
+        {"data": {"id": str(run_id), "termination_reason": finish.termination_reason}}
+    )
+
+
+@routes.post("/v1/ingest/agent/steps")
+async def ingest_steps(request: web.Request) -> web.Response:
+    principal = await request.app[appkeys.KEYSTORE].authenticate(request, INGEST)
+    steps, is_array = _as_list(decode(await _body(request), Step | list[Step]))
+    now = datetime.now(UTC)
+    seen: set[tuple[uuid.UUID, int]] = set()
+    rows = []
+    for position, step in enumerate(steps):
+        check_name(step.tool_name, _path(is_array, position, "tool_name"))
+        identity = (step.run_id, step.step_index)
+        if identity in seen:
+            field = _path(is_array, position, "step_index")
+            raise ApiError(
+                422,
+                "validation_error",
+                f"{field}: step_index {step.step_index} of run {step.run_id} appears twice "
+                "in this request",
+                field,
+            )
+        seen.add(identity)
+        rows.append(
+            (
+                principal.project_id,
+                step.run_id,
+                step.step_index,
+                step.step_type,
+                step.tool_name,
+                payload(step.tool_input),
+                payload(step.tool_output),
+                clean_text(step.content),
+                fingerprint(step.tool_name, step.tool_input),
+                timestamp(step.started_at, now),
+                step.duration_ms,
+                clean_text(step.error),
+            )
+        )
+    await _write(request, steps=rows)
+    return web.json_response({"data": {"accepted": len(rows)}})
+
+
+@routes.post("/v1/ingest/ai")
+async def ingest_model_calls(request: web.Request) -> web.Response:
+    principal = await request.app[appkeys.KEYSTORE].authenticate(request, INGEST)
+    calls, is_array = _as_list(decode(await _body(request), ModelCall | list[ModelCall]))
+    now = datetime.now(UTC)
+    rows = []
+    ids = []
+    for position, call in enumerate(calls):
+        check_name(call.provider, _path(is_array, position, "provider"))
+        check_name(call.model, _path(is_array, position, "model"))
+        call_id = call.id or uuid.uuid4()
+        ids.append(str(call_id))
+        rows.append(
+            (
+                principal.project_id,
+                call_id,
+                call.run_id,
+                call.step_index,
+                call.provider,
+                call.model,
+                call.input_tokens,
+                call.output_tokens,
+                call.cache_read_tokens,
+                call.reasoning_tokens,
+                call.cost_usd,
+                call.latency_ms,
+                call.status,
+                clean_text(call.error),
+                timestamp(call.started_at, now),
+            )
+        )
+    await _write(request, traces=rows)
+    return web.json_response({"data": {"accepted": len(rows), "ids": ids}})
+
+
+def _uuid_or_404(text: str) -> uuid.UUID:
+    try:
+        return uuid.UUID(text)
+    except ValueError:
+        raise not_found(f"run {text!r}") from None
+

@@ -1,0 +1,91 @@
+"""The first read endpoints: who am I, and where does a run loop.
+
+``/loops`` is computed from the stored steps at query time, so it is right
+whatever the SDK reported at finish: group the run's steps by fingerprint,
+ignore steps without one, keep groups of two or more.
+"""
+
+from __future__ import annotations
+
+import base64
+import uuid
+
+from aiohttp import web
+
+from keelwave.server import appkeys
+from keelwave.server.auth import ANY, READ, Principal
+from keelwave.server.errors import not_found
+
+routes = web.RouteTableDef()
+
+LOOPS_SQL = """
+SELECT input_fingerprint,
+       count(*) AS hits,
+       array_agg(step_index ORDER BY step_index) AS step_indices,
+       min(tool_name) AS tool_name
+FROM agent_steps
+WHERE project_id = %s AND run_id = %s AND input_fingerprint IS NOT NULL
+GROUP BY input_fingerprint
+HAVING count(*) >= 2
+ORDER BY hits DESC, min(step_index)
+"""
+
+RUN_EXISTS_SQL = """
+SELECT EXISTS (SELECT 1 FROM agent_runs WHERE project_id = %(p)s AND id = %(r)s)
+    OR EXISTS (SELECT 1 FROM agent_steps WHERE project_id = %(p)s AND run_id = %(r)s)
+"""
+
+
+def project_of(request: web.Request, principal: Principal) -> str:
+    """The project in the path must be the key's own (by id or name); anything else is 404."""
+    wanted = request.match_info["project_id"]
+    if wanted not in (principal.project_id, principal.project):
+        raise not_found(f"project {wanted!r}")
+    return principal.project_id
+
+
+def run_id_of(request: web.Request) -> uuid.UUID:
+    text = request.match_info["run_id"]
+    try:
+        return uuid.UUID(text)
+    except ValueError:
+        raise not_found(f"run {text!r}") from None
+
+
+@routes.get("/v1/me")
+async def me(request: web.Request) -> web.Response:
+    principal = await request.app[appkeys.KEYSTORE].authenticate(request, ANY)
+    return web.json_response(
+        {
+            "data": {
+                "project_id": principal.project_id,
+                "project": principal.project,
+                "scope": principal.scope,
+                "key_id": principal.key_id,
+            }
+        }
+    )
+
+
+@routes.get("/v1/projects/{project_id}/agent/runs/{run_id}/loops")
+async def run_loops(request: web.Request) -> web.Response:
+    principal = await request.app[appkeys.KEYSTORE].authenticate(request, READ)
+    project_id = project_of(request, principal)
+    run_id = run_id_of(request)
+    async with request.app[appkeys.POOL].connection() as conn:
+        rows = await (await conn.execute(LOOPS_SQL, (project_id, run_id))).fetchall()
+        if not rows:
+            cursor = await conn.execute(RUN_EXISTS_SQL, {"p": project_id, "r": run_id})
+            if not (await cursor.fetchone())[0]:
+                raise not_found(f"run {run_id}")
+    return web.json_response({"data": [loop_group(row) for row in rows]})
+
+
+def loop_group(row: tuple) -> dict:
+    fingerprint, hits, step_indices, tool_name = row
+    return {
+        "fingerprint": base64.b64encode(fingerprint).decode("ascii"),
+        "hits": hits,
+        "step_indices": step_indices,
+        "tool_name": tool_name,
+    }

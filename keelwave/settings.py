@@ -1,0 +1,69 @@
+"""Server settings: one place for every knob, read from ``KEELWAVE_*`` variables.
+
+The CLI turns its flags into keyword arguments of :class:`Settings`, so a flag
+beats the environment, which beats the default. Tests build ``Settings`` the
+same way the CLI does.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import platformdirs
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def default_data_dir() -> Path:
+    """The platform's per-user data directory, e.g. ``~/.local/share/keelwave``."""
+    return Path(platformdirs.user_data_dir("keelwave", appauthor=False))
+
+
+class Settings(BaseSettings):
+    """Configuration of a keelwave server and of the commands that talk to its database."""
+
+    model_config = SettingsConfigDict(env_prefix="KEELWAVE_", extra="ignore")
+
+    database_url: str | None = Field(
+        default=None,
+        description="PostgreSQL or TimescaleDB URL (postgresql://user:pass@host:5432/db). "
+        "Unset: keelwave runs an embedded PostgreSQL in data_dir.",
+    )
+    data_dir: Path = Field(
+        default_factory=default_data_dir,
+        description="Where the embedded database keeps its files.",
+    )
+    host: str = Field(default="127.0.0.1", description="Interface the HTTP server binds to.")
+    port: int = Field(default=8080, ge=0, le=65535, description="HTTP port (0 picks a free one).")
+
+    max_body_bytes: int = Field(
+        default=10 * 1024 * 1024,
+        ge=1024,
+        description="Largest request body accepted; larger bodies get 413.",
+    )
+    flush_max_rows: int = Field(
+        default=5000,
+        ge=1,
+        description="Most rows written in one group-commit transaction.",
+    )
+    buffer_max_rows: int = Field(
+        default=200_000,
+        ge=1,
+        description="Rows waiting for commit before ingest answers 503 (backpressure).",
+    )
+    pool_max_size: int = Field(
+        default=8, ge=1, description="Most database connections for queries and finishes."
+    )
+    key_cache_seconds: float = Field(
+        default=60.0,
+        ge=0,
+        description="How long a checked API key is trusted without asking the database. "
+        "Revocations reach running servers at once through LISTEN/NOTIFY; this is the fallback.",
+    )
+    retry_after_seconds: int = Field(
+        default=1, ge=1, description="Retry-After sent with 503 answers."
+    )
+
+    @property
+    def embedded(self) -> bool:
+        return not self.database_url

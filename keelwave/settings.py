@@ -60,6 +60,11 @@ class Settings(BaseSettings):
         description="How long a checked API key is trusted without asking the database. "
         "Revocations reach running servers at once through LISTEN/NOTIFY; this is the fallback.",
     )
+    database_timeout_seconds: float = Field(
+        default=5.0,
+        gt=0,
+        description="How long a request waits for a database connection before answering 503.",
+    )
     retry_after_seconds: int = Field(
         default=1, ge=1, description="Retry-After sent with 503 answers."
     )

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 import psycopg
+import sqlalchemy.exc
 import typer
 from rich.console import Console
 
@@ -63,19 +64,29 @@ def connected(settings: Settings) -> Iterator[str]:
     where = redact(settings.database_url) if settings.database_url else "the embedded database"
     try:
         with database(settings) as conninfo:
+            # Fail here, with libpq's own words, rather than deep inside alembic.
+            psycopg.connect(conninfo, connect_timeout=10).close()
             yield conninfo
     except EmbeddedDatabaseError as error:
         fail(str(error))
-    except psycopg.OperationalError as error:
-        reason = str(error).strip().splitlines()[-1] if str(error).strip() else "unreachable"
-        fail(f"cannot connect to {where}: {reason}")
+    except (psycopg.OperationalError, sqlalchemy.exc.OperationalError) as error:
+        fail(f"cannot connect to {where}: {_reason(getattr(error, 'orig', None) or error)}")
+
+
+def _reason(error: BaseException) -> str:
+    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+    # libpq puts the useful part ("Connection refused", "password authentication
+    # failed") on the first line after the host and port.
+    return lines[0].split(": ", 1)[-1] if lines else "unreachable"
 
 
 def require_schema(conn: psycopg.Connection) -> None:
     exists = conn.execute("SELECT to_regclass('api_keys') IS NOT NULL").fetchone()[0]
     if not exists:
-        fail("this database has no keelwave schema yet: run `keelwave migrate` "
-             "(or `keelwave serve`, which migrates on start)")
+        fail(
+            "this database has no keelwave schema yet: run `keelwave migrate` "
+            "(or `keelwave serve`, which migrates on start)"
+        )
 
 
 def is_tty() -> bool:

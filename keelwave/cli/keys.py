@@ -7,7 +7,7 @@ database they join the server that ``keelwave serve`` runs.
 from __future__ import annotations
 
 import json
-from enum import Enum
+from enum import StrEnum
 from typing import Annotated
 
 import psycopg
@@ -15,8 +15,8 @@ import typer
 from rich.table import Table
 
 from keelwave.cli.common import (
-    DataDir,
     DatabaseUrl,
+    DataDir,
     connected,
     fail,
     require_schema,
@@ -28,7 +28,7 @@ from keelwave.db import keys as store
 app = typer.Typer(help="Create, list and revoke API keys.", no_args_is_help=True)
 
 
-class Scope(str, Enum):
+class Scope(StrEnum):
     ingest = "ingest"
     read = "read"
     all = "all"
@@ -42,7 +42,9 @@ def create(
     project: Annotated[
         str, typer.Option("--project", "-p", help="Project name; created if it does not exist.")
     ] = store.DEFAULT_PROJECT,
-    name: Annotated[str | None, typer.Option("--name", help="A label to recognise the key.")] = None,
+    name: Annotated[
+        str | None, typer.Option("--name", help="A label to recognise the key.")
+    ] = None,
     scope: Annotated[
         Scope, typer.Option("--scope", help="ingest: send data; read: query; all: both.")
     ] = Scope.all,
@@ -61,8 +63,10 @@ def create(
     if as_json:
         stdout.print_json(json.dumps(created.as_dict()))
         return
-    stdout.print(f"Created a [bold]{created.scope}[/] key for project "
-                 f"[bold]{created.project}[/] ({created.project_id}).")
+    stdout.print(
+        f"Created a [bold]{created.scope}[/] key for project "
+        f"[bold]{created.project}[/] ({created.project_id})."
+    )
     stdout.print("It is shown only this once; store it somewhere safe:\n")
     stdout.print(f"  {created.key}\n", markup=False)
     stdout.print(f"Key id: {created.id}  (revoke with `keelwave keys revoke {created.id[:8]}`)")
@@ -88,11 +92,16 @@ def list_(
     if not rows:
         stdout.print("No keys yet. Create one with `keelwave keys create --project NAME`.")
         return
-    table = Table("id", "prefix", "project", "scope", "name", "created", "status")
+    # Short ids, as git shows commits: `keys revoke` takes any unique start of an id.
+    table = Table("id", "key", "project", "scope", "name", "created", "status")
     for row in rows:
         status = "revoked" if row["revoked_at"] else "active"
         table.add_row(
-            row["id"], row["prefix"] + "…", row["project"], row["scope"], row["name"] or "",
+            row["id"][:8],
+            row["prefix"] + "…",
+            row["project"],
+            row["scope"],
+            row["name"] or "",
             row["created_at"].strftime("%Y-%m-%d %H:%M"),
             f"[red]{status}[/]" if row["revoked_at"] else f"[green]{status}[/]",
         )

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from alembic.util import CommandError
 
-from keelwave.cli.common import DataDir, DatabaseUrl, connected, fail, settings_from
+from keelwave.cli.common import DatabaseUrl, DataDir, connected, fail, settings_from
 from keelwave.db import migrate as migrations
 
 app = typer.Typer(

@@ -17,8 +17,8 @@ import typer
 from aiohttp import web
 
 from keelwave.cli.common import (
-    DataDir,
     DatabaseUrl,
+    DataDir,
     connected,
     fail,
     redact,
@@ -36,13 +36,15 @@ log = logging.getLogger("keelwave")
 def serve(
     host: Annotated[
         str | None,
-        typer.Option(help="Interface to bind (env KEELWAVE_HOST, default 127.0.0.1).",
-                     show_default=False),
+        typer.Option(
+            help="Interface to bind (env KEELWAVE_HOST, default 127.0.0.1).", show_default=False
+        ),
     ] = None,
     port: Annotated[
         int | None,
-        typer.Option(help="Port (env KEELWAVE_PORT, default 8080; 0 picks a free one).",
-                     show_default=False),
+        typer.Option(
+            help="Port (env KEELWAVE_PORT, default 8080; 0 picks a free one).", show_default=False
+        ),
     ] = None,
     database_url: DatabaseUrl = None,
     data_dir: DataDir = None,
@@ -57,16 +59,20 @@ def serve(
     )
     logging.getLogger("alembic").setLevel(logging.WARNING)
     settings = settings_from(host=host, port=port, database_url=database_url, data_dir=data_dir)
-    where = redact(settings.database_url) if settings.database_url else (
-        f"embedded PostgreSQL in {settings.data_dir}"
+    where = (
+        redact(settings.database_url)
+        if settings.database_url
+        else (f"embedded PostgreSQL in {settings.data_dir}")
     )
     with connected(settings) as conninfo:
         if migrate:
             migrations.upgrade(conninfo)
         with psycopg.connect(conninfo, autocommit=True) as conn:
             if conn.execute("SELECT to_regclass('api_keys') IS NULL").fetchone()[0]:
-                fail("the database has no keelwave schema: drop --no-migrate or run "
-                     "`keelwave migrate`")
+                fail(
+                    "the database has no keelwave schema: drop --no-migrate or run "
+                    "`keelwave migrate`"
+                )
             first_key = key_store.bootstrap_first_key(conn)
         try:
             asyncio.run(_serve(settings, conninfo, where, first_key))
@@ -110,8 +116,10 @@ def _display_host(host: str) -> str:
 
 def _print_first_key(created: key_store.CreatedKey, url: str) -> None:
     stdout.print()
-    stdout.print(f"First start: created project [bold]{created.project}[/] and an API key "
-                 f"with scope [bold]{created.scope}[/]. It is shown only this once:")
+    stdout.print(
+        f"First start: created project [bold]{created.project}[/] and an API key "
+        f"with scope [bold]{created.scope}[/]. It is shown only this once:"
+    )
     stdout.print()
     stdout.print(f"    {created.key}", markup=False)
     stdout.print()

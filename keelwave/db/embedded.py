@@ -30,9 +30,10 @@ import os
 import pwd
 import subprocess
 import tempfile
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO
 
 log = logging.getLogger("keelwave.embedded")
 
@@ -171,8 +172,19 @@ class EmbeddedPostgres:
         # -h '' disables TCP; -k puts the socket where only we look for it.
         options = f"-h '' -k '{socket_dir}' -c max_connections=200"
         result = self._run(
-            ["pg_ctl", "-D", str(self.pgdata), "-l", str(self.logfile), "-o", options, "-w",
-             "-t", "60", "start"],
+            [
+                "pg_ctl",
+                "-D",
+                str(self.pgdata),
+                "-l",
+                str(self.logfile),
+                "-o",
+                options,
+                "-w",
+                "-t",
+                "60",
+                "start",
+            ],
             check=False,
         )
         if result.returncode != 0:
@@ -261,8 +273,14 @@ def _system_user() -> str:
         pwd.getpwnam(SYSTEM_USER)
     except KeyError:
         result = subprocess.run(
-            ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin",
-             SYSTEM_USER],
+            [
+                "useradd",
+                "--system",
+                "--no-create-home",
+                "--shell",
+                "/usr/sbin/nologin",
+                SYSTEM_USER,
+            ],
             capture_output=True,
             text=True,
         )

@@ -134,7 +134,10 @@ def revoke_key(conn: psycopg.Connection, key_id: str) -> dict:
 def jsonable(row: dict) -> dict:
     """Rows for --json output: datetimes as ISO 8601, ids as strings."""
     return {
-        key: value.isoformat() if isinstance(value, datetime) else
-        str(value) if isinstance(value, uuid.UUID) else value
+        key: value.isoformat()
+        if isinstance(value, datetime)
+        else str(value)
+        if isinstance(value, uuid.UUID)
+        else value
         for key, value in row.items()
     }

@@ -7,6 +7,7 @@ from ``__file__``, so ``keelwave migrate`` needs no alembic.ini and no checkout.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from alembic.config import Config
@@ -42,7 +43,7 @@ def sqlalchemy_url(conninfo: str) -> str:
 
 
 def alembic_config(conninfo: str) -> Config:
-    config = Config()
+    config = Config(stdout=sys.stdout)  # the current stdout, not the one at import time
     config.set_main_option("script_location", str(migrations_dir()))
     # '%' is alembic's interpolation character; a password may contain it.
     config.set_main_option("sqlalchemy.url", sqlalchemy_url(conninfo).replace("%", "%%"))
@@ -63,6 +64,6 @@ def current(conninfo: str, verbose: bool = False) -> None:
 
 def history_offline(verbose: bool = False) -> None:
     """List the shipped revisions; needs no database."""
-    config = Config()
+    config = Config(stdout=sys.stdout)  # the current stdout, not the one at import time
     config.set_main_option("script_location", str(migrations_dir()))
     command.history(config, verbose=verbose)

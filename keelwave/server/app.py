@@ -19,6 +19,8 @@ from keelwave.server.errors import error_middleware
 from keelwave.server.writer import IngestWriter
 from keelwave.settings import Settings
 
+RECONNECT_SECONDS = 5.0
+
 
 def create_app(settings: Settings, conninfo: str) -> web.Application:
     app = web.Application(
@@ -37,19 +39,26 @@ def create_app(settings: Settings, conninfo: str) -> web.Application:
 async def _database(app: web.Application) -> AsyncIterator[None]:
     settings = app[appkeys.SETTINGS]
     conninfo = app[appkeys.CONNINFO]
+    # libpq's connect_timeout is whole seconds, at least 2.
+    connect_timeout = max(2, round(settings.database_timeout_seconds))
     pool = AsyncConnectionPool(
         conninfo,
         min_size=1,
         max_size=settings.pool_max_size,
-        kwargs={"autocommit": True},
+        kwargs={"autocommit": True, "connect_timeout": connect_timeout},
         check=AsyncConnectionPool.check_connection,  # drop connections that died in an outage
-        timeout=5,
+        timeout=settings.database_timeout_seconds,
+        # psycopg_pool doubles its retry delay without bound while the database is
+        # down; giving up early and retrying on demand keeps recovery within seconds.
+        reconnect_timeout=RECONNECT_SECONDS,
         open=False,
         name="keelwave",
     )
     # wait=False: serve (and answer /readyz with 503) even if the database is down.
     await pool.open(wait=False)
-    writer = IngestWriter(conninfo, settings.flush_max_rows, settings.buffer_max_rows)
+    writer = IngestWriter(
+        conninfo, settings.flush_max_rows, settings.buffer_max_rows, connect_timeout
+    )
     writer.start()
     keystore = KeyStore(pool, conninfo, settings.key_cache_seconds)
     keystore.start()

@@ -4,13 +4,17 @@ Checking a key costs a database round trip, which the ingest hot path cannot
 pay on every request, so checked keys are cached in memory. A revocation must
 still take effect at once, on every server process: ``keelwave keys revoke``
 sends ``NOTIFY keelwave_keys``, and each server LISTENs and drops its cache.
-While the listener is disconnected the cache is dropped too, and entries
-expire after ``key_cache_seconds`` whatever happens.
+When the listener reconnects after losing its connection the cache is
+dropped too (a revocation may have happened meanwhile), and entries expire
+after ``key_cache_seconds`` whatever happens. During a database outage the
+cache keeps serving: no key can be revoked while the database is down, and
+ingest fails fast with 503 at the writer instead of waiting here.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from dataclasses import dataclass
@@ -98,10 +102,8 @@ class KeyStore:
     async def stop(self) -> None:
         if self._listener is not None:
             self._listener.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await self._listener
-            except asyncio.CancelledError:
-                pass
 
     async def _listen(self) -> None:
         while True:
@@ -115,7 +117,6 @@ class KeyStore:
                         self._cache.clear()
             except (psycopg.Error, OSError) as error:
                 log.debug("key listener disconnected: %s", error)
-            self._cache.clear()
             await asyncio.sleep(1.0)
 
 

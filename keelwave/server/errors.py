@@ -59,9 +59,7 @@ def not_found(what: str) -> ApiError:
 
 
 def unavailable(retry_after: int, message: str = "the database is unavailable; retry shortly"):
-    return ApiError(
-        503, "database_unavailable", message, headers={"Retry-After": str(retry_after)}
-    )
+    return ApiError(503, "database_unavailable", message, headers={"Retry-After": str(retry_after)})
 
 
 def error_middleware(retry_after: int) -> Callable:
@@ -84,8 +82,9 @@ def error_middleware(retry_after: int) -> Callable:
                 message = f"{request.method} is not allowed on {request.path}"
             return ApiError(error.status, code, message, headers=_allow(error)).response()
         except (psycopg.OperationalError, psycopg_pool.PoolTimeout, OSError) as error:
-            log.warning("database unavailable during %s %s: %s", request.method, request.path,
-                        error)
+            log.warning(
+                "database unavailable during %s %s: %s", request.method, request.path, error
+            )
             return unavailable(retry_after).response()
         except Exception:
             log.exception("unhandled error in %s %s", request.method, request.path)

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
-
+import psycopg
 from aiohttp import web
 
 from keelwave.server import appkeys
@@ -19,11 +18,16 @@ async def healthz(request: web.Request) -> web.Response:
 
 @routes.get("/readyz")
 async def readyz(request: web.Request) -> web.Response:
-    """The database answers: ingest and queries can work."""
+    """The database answers: ingest and queries can work.
+
+    A fresh connection rather than one from the pool: the answer must be about
+    the database now, not about the pool's reconnection schedule.
+    """
     try:
-        async with asyncio.timeout(2):
-            async with request.app[appkeys.POOL].connection(timeout=2) as conn:
-                await conn.execute("SELECT 1")
+        async with await psycopg.AsyncConnection.connect(
+            request.app[appkeys.CONNINFO], connect_timeout=2
+        ) as conn:
+            await conn.execute("SELECT 1")
     except Exception as error:  # any failure to reach the database means "not ready"
         return web.json_response(
             {"status": "unavailable", "reason": f"database unreachable: {type(error).__name__}"},

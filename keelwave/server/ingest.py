@@ -207,4 +207,3 @@ def _uuid_or_404(text: str) -> uuid.UUID:
         return uuid.UUID(text)
     except ValueError:
         raise not_found(f"run {text!r}") from None
-

@@ -86,8 +86,11 @@ class Submission:
 
 
 class IngestWriter:
-    def __init__(self, conninfo: str, flush_max_rows: int, buffer_max_rows: int) -> None:
+    def __init__(
+        self, conninfo: str, flush_max_rows: int, buffer_max_rows: int, connect_timeout: int = 5
+    ) -> None:
         self._conninfo = conninfo
+        self._connect_timeout = connect_timeout
         self._flush_max_rows = flush_max_rows
         self._buffer_max_rows = buffer_max_rows
         self._queue: deque[Submission] = deque()
@@ -189,16 +192,16 @@ class IngestWriter:
                 rows = [row for submission in batch for row in submission.rows[position]]
                 if not rows:
                     continue
-                async with cur.copy(
-                    f"COPY {stage} (seq, {', '.join(columns)}) FROM STDIN"
-                ) as copy:
+                async with cur.copy(f"COPY {stage} (seq, {', '.join(columns)}) FROM STDIN") as copy:
                     for seq, row in enumerate(rows):
                         await copy.write_row((seq, *row))
                 await cur.execute(_move_sql(table, stage, columns, identity))
 
     async def _connection(self) -> psycopg.AsyncConnection:
         if self._conn is None or self._conn.closed:
-            conn = await psycopg.AsyncConnection.connect(self._conninfo, autocommit=True)
+            conn = await psycopg.AsyncConnection.connect(
+                self._conninfo, autocommit=True, connect_timeout=self._connect_timeout
+            )
             for table, stage, _, _ in TABLES:
                 # Session-local, emptied at every commit; never touches the WAL.
                 await conn.execute(

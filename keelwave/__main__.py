@@ -1,0 +1,5 @@
+"""`python -m keelwave` is the `keelwave` command."""
+
+from keelwave.cli import main
+
+main()

@@ -1,0 +1,5 @@
+"""`python -m keelwave.cli` is the `keelwave` command."""
+
+from keelwave.cli import main
+
+main()

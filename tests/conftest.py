@@ -1,0 +1,140 @@
+"""Shared fixtures: a real PostgreSQL, a real keelwave server on a free port.
+
+Tests talk to the PostgreSQL at ``KEELWAVE_TEST_DATABASE_URL`` (default: the
+local server at 127.0.0.1:5432, user postgres). Each test module gets its own
+freshly migrated database, cloned from a template migrated once per session,
+and each test its own project and keys, so tests never see each other's data.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+
+import aiohttp
+import psycopg
+import pytest
+
+from keelwave.db import keys as key_store
+from keelwave.db import migrate
+from keelwave.server.app import create_app
+from keelwave.settings import Settings
+
+ADMIN_URL = os.environ.get(
+    "KEELWAVE_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
+)
+
+
+def database_url(name: str) -> str:
+    base, _, _ = ADMIN_URL.rpartition("/")
+    return f"{base}/{name}"
+
+
+def _admin() -> psycopg.Connection:
+    return psycopg.connect(ADMIN_URL, autocommit=True)
+
+
+def create_database(name: str, template: str | None = None) -> str:
+    with _admin() as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        if template:
+            conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+        else:
+            conn.execute(f'CREATE DATABASE "{name}"')
+    return database_url(name)
+
+
+def drop_database(name: str) -> None:
+    with _admin() as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def template_database() -> Iterator[str]:
+    """A database at the latest migration, to clone from."""
+    name = f"kw_template_{os.getpid()}"
+    url = create_database(name)
+    migrate.upgrade(url)
+    yield name
+    drop_database(name)
+
+
+@pytest.fixture(scope="module")
+def db_url(template_database: str) -> Iterator[str]:
+    name = f"kw_test_{uuid.uuid4().hex[:12]}"
+    url = create_database(name, template=template_database)
+    yield url
+    drop_database(name)
+
+
+@pytest.fixture
+def fresh_db_url() -> Iterator[str]:
+    """An empty database (no schema), for migration tests."""
+    name = f"kw_empty_{uuid.uuid4().hex[:12]}"
+    yield create_database(name)
+    drop_database(name)
+
+
+@dataclass
+class Project:
+    """A project of its own for one test, with a key of each scope."""
+
+    id: str
+    name: str
+    keys: dict[str, str]
+
+    def auth(self, scope: str = "all") -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.keys[scope]}"}
+
+
+@pytest.fixture
+def project(db_url: str) -> Project:
+    return make_project(db_url)
+
+
+def make_project(db_url: str) -> Project:
+    name = f"test-{uuid.uuid4().hex[:10]}"
+    keys: dict[str, str] = {}
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        for scope in key_store.SCOPES:
+            created = key_store.create_key(conn, name, scope)
+            keys[scope] = created.key
+    return Project(created.project_id, name, keys)
+
+
+@dataclass
+class Api:
+    """A running keelwave server and an HTTP session to it."""
+
+    url: str
+    session: aiohttp.ClientSession
+
+    async def request(self, method: str, path: str, **kwargs) -> tuple[int, dict, dict]:
+        async with self.session.request(method, self.url + path, **kwargs) as response:
+            body = await response.json(content_type=None)
+            return response.status, body, dict(response.headers)
+
+    async def post(self, path: str, **kwargs) -> tuple[int, dict, dict]:
+        return await self.request("POST", path, **kwargs)
+
+    async def get(self, path: str, **kwargs) -> tuple[int, dict, dict]:
+        return await self.request("GET", path, **kwargs)
+
+
+def make_settings(**overrides) -> Settings:
+    return Settings(database_url="unused", port=0, **overrides)
+
+
+@pytest.fixture
+async def api(db_url: str, aiohttp_server) -> AsyncIterator[Api]:
+    """A real keelwave server on a free port, in the test's event loop."""
+    server = await aiohttp_server(create_app(make_settings(max_body_bytes=64 * 1024), db_url))
+    async with aiohttp.ClientSession() as session:
+        yield Api(str(server.make_url("")).rstrip("/"), session)
+
+
+def query(db_url: str, sql: str, params: tuple = ()) -> list[tuple]:
+    with psycopg.connect(db_url) as conn:
+        return conn.execute(sql, params).fetchall()

@@ -1,0 +1,309 @@
+"""Ingest: runs, steps, model calls; fingerprints over the exact bytes; retries."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import uuid
+
+from conftest import Api, Project, query
+
+
+def expected_fingerprint(tool_name: str, raw_input: bytes) -> bytes:
+    return hashlib.sha256(tool_name.encode() + b"\x00" + raw_input).digest()
+
+
+async def start_run(api: Api, project: Project, **fields) -> str:
+    status, body, _ = await api.post(
+        "/v1/ingest/agent/runs",
+        json={"agent_name": "research-agent", **fields},
+        headers=project.auth("ingest"),
+    )
+    assert status == 201, body
+    return body["data"]["id"]
+
+
+async def post_raw_steps(api: Api, project: Project, raw: bytes) -> tuple[int, dict]:
+    status, body, _ = await api.post(
+        "/v1/ingest/agent/steps",
+        data=raw,
+        headers={**project.auth("ingest"), "Content-Type": "application/json"},
+    )
+    return status, body
+
+
+async def test_run_lifecycle_is_stored(api: Api, project: Project, db_url: str) -> None:
+    run_id = await start_run(
+        api, project, input={"question": "why?"}, metadata={"user": "u1"}, tags=["prod", "eu"]
+    )
+    status, body, _ = await api.post(
+        f"/v1/ingest/agent/runs/{run_id}/finish",
+        json={
+            "termination_reason": "loop_detected",
+            "loop_detected": True,
+            "loop_step_index": 2,
+            "output": "gave up",
+        },
+        headers=project.auth("ingest"),
+    )
+    assert status == 200, body
+    [row] = query(
+        db_url,
+        "SELECT agent_name, termination_reason, loop_detected, loop_step_index, "
+        "input::text, output::text, tags, ended_at IS NOT NULL FROM agent_runs "
+        "WHERE project_id = %s AND id = %s",
+        (project.id, run_id),
+    )
+    assert row == (
+        "research-agent",
+        "loop_detected",
+        True,
+        2,
+        '{"question": "why?"}',
+        '"gave up"',
+        ["prod", "eu"],
+        True,
+    )
+
+
+async def test_client_chosen_run_id_and_retry_store_one_run(
+    api: Api, project: Project, db_url: str
+) -> None:
+    run_id = str(uuid.uuid4())
+    assert await start_run(api, project, id=run_id) == run_id
+    assert await start_run(api, project, id=run_id) == run_id  # a retry
+    assert query(db_url, "SELECT count(*) FROM agent_runs WHERE id = %s", (run_id,)) == [(1,)]
+
+
+async def test_fingerprint_is_over_the_exact_bytes_sent(
+    api: Api, project: Project, db_url: str
+) -> None:
+    run_id = await start_run(api, project)
+    # Odd spacing, key order and non-ASCII: all of it must count, byte for byte.
+    raw_input = (
+        b'{"q" :  "caf\xc3\xa9 \\u00e9",\n "max_results":3,  "nested": {"b": [1, 2.50], "a": null}}'
+    )
+    body = b'{"run_id": "%s", "step_index": 1, "tool_name": "web_search", "tool_input": %s}' % (
+        run_id.encode(),
+        raw_input,
+    )
+    status, response = await post_raw_steps(api, project, body)
+    assert status == 200, response
+    [(fingerprint, stored_input)] = query(
+        db_url,
+        "SELECT input_fingerprint, tool_input::text FROM agent_steps WHERE run_id = %s",
+        (run_id,),
+    )
+    assert fingerprint == expected_fingerprint("web_search", raw_input)
+    assert stored_input.encode() == raw_input  # json keeps the text as sent
+
+
+async def test_fingerprints_of_array_elements(api: Api, project: Project, db_url: str) -> None:
+    run_id = await start_run(api, project)
+    inputs = [
+        b'{"a":1,"b":2}',
+        b'{"b":2,"a":1}',
+        b'{"a": 1, "b": 2}',
+        b"[1,2]",
+        b'"text"',
+        b"null",
+        b"42",
+    ]
+    elements = b",".join(
+        b'{"run_id":"%s","step_index":%d,"tool_name":"t","tool_input":%s}'
+        % (run_id.encode(), index, raw)
+        for index, raw in enumerate(inputs, start=1)
+    )
+    status, response = await post_raw_steps(api, project, b"[ " + elements + b" ]")
+    assert status == 200 and response == {"data": {"accepted": len(inputs)}}
+    rows = query(
+        db_url,
+        "SELECT step_index, input_fingerprint FROM agent_steps "
+        "WHERE run_id = %s ORDER BY step_index",
+        (run_id,),
+    )
+    assert [fp for _, fp in rows] == [expected_fingerprint("t", raw) for raw in inputs]
+    assert len({fp for _, fp in rows}) == len(inputs)  # key order and spacing matter
+
+
+async def test_steps_without_tool_have_no_fingerprint(
+    api: Api, project: Project, db_url: str
+) -> None:
+    run_id = await start_run(api, project)
+    steps = [
+        {"run_id": run_id, "step_index": 1, "step_type": "think", "content": "plan"},
+        {"run_id": run_id, "step_index": 2, "step_type": "replan", "content": "plan"},
+        {"run_id": run_id, "step_index": 3, "tool_name": "search"},  # no input at all
+    ]
+    status, body, _ = await api.post(
+        "/v1/ingest/agent/steps", json=steps, headers=project.auth("ingest")
+    )
+    assert status == 200, body
+    rows = query(
+        db_url,
+        "SELECT step_index, step_type, input_fingerprint FROM agent_steps "
+        "WHERE run_id = %s ORDER BY step_index",
+        (run_id,),
+    )
+    assert rows == [
+        (1, "think", None),
+        (2, "replan", None),
+        (3, "tool_call", expected_fingerprint("search", b"")),
+    ]
+
+
+async def test_retried_steps_are_stored_once_and_fabricate_no_loop(
+    api: Api, project: Project, db_url: str
+) -> None:
+    run_id = await start_run(api, project)
+    steps = [
+        {"run_id": run_id, "step_index": i, "tool_name": "fetch", "tool_input": {"page": i}}
+        for i in (1, 2, 3)
+    ]
+    for _ in range(3):  # the same batch, retried twice
+        status, body, _ = await api.post(
+            "/v1/ingest/agent/steps", json=steps, headers=project.auth("ingest")
+        )
+        assert status == 200, body
+    # and once more, concurrently
+    await asyncio.gather(
+        *[
+            api.post("/v1/ingest/agent/steps", json=steps[0], headers=project.auth("ingest"))
+            for _ in range(10)
+        ]
+    )
+    assert query(db_url, "SELECT count(*) FROM agent_steps WHERE run_id = %s", (run_id,)) == [(3,)]
+    status, body, _ = await api.get(
+        f"/v1/projects/{project.id}/agent/runs/{run_id}/loops", headers=project.auth("read")
+    )
+    assert (status, body) == (200, {"data": []})
+
+
+async def test_first_copy_of_a_step_wins(api: Api, project: Project, db_url: str) -> None:
+    run_id = await start_run(api, project)
+    for content in ("first", "second"):
+        await api.post(
+            "/v1/ingest/agent/steps",
+            headers=project.auth("ingest"),
+            json={"run_id": run_id, "step_index": 1, "step_type": "think", "content": content},
+        )
+    assert query(db_url, "SELECT content FROM agent_steps WHERE run_id = %s", (run_id,)) == [
+        ("first",)
+    ]
+
+
+async def test_steps_may_arrive_before_their_run(api: Api, project: Project, db_url: str) -> None:
+    run_id = str(uuid.uuid4())
+    for index in (1, 2):
+        status, _, _ = await api.post(
+            "/v1/ingest/agent/steps",
+            headers=project.auth("ingest"),
+            json={"run_id": run_id, "step_index": index, "tool_name": "a", "tool_input": {}},
+        )
+        assert status == 200
+    status, body, _ = await api.get(
+        f"/v1/projects/{project.id}/agent/runs/{run_id}/loops", headers=project.auth("read")
+    )
+    assert status == 200 and body["data"][0]["step_indices"] == [1, 2]
+    assert await start_run(api, project, id=run_id) == run_id
+    status, _, _ = await api.post(
+        f"/v1/ingest/agent/runs/{run_id}/finish",
+        json={"termination_reason": "clean"},
+        headers=project.auth("ingest"),
+    )
+    assert status == 200
+
+
+async def test_concurrent_requests_are_all_committed(
+    api: Api, project: Project, db_url: str
+) -> None:
+    """Group commit: many requests share flushes; every acknowledged row is there."""
+    run_id = await start_run(api, project)
+
+    async def send(index: int) -> int:
+        status, _, _ = await api.post(
+            "/v1/ingest/agent/steps",
+            headers=project.auth("ingest"),
+            json=[
+                {
+                    "run_id": run_id,
+                    "step_index": index * 10 + k,
+                    "tool_name": "x",
+                    "tool_input": {"k": index * 10 + k},
+                }
+                for k in range(10)
+            ],
+        )
+        return status
+
+    statuses = await asyncio.gather(*[send(i) for i in range(100)])
+    assert set(statuses) == {200}
+    assert query(
+        db_url,
+        "SELECT count(*), count(DISTINCT input_fingerprint) FROM agent_steps WHERE run_id = %s",
+        (run_id,),
+    ) == [(1000, 1000)]
+
+
+async def test_model_calls_are_stored_and_deduplicated_by_id(
+    api: Api, project: Project, db_url: str
+) -> None:
+    run_id = await start_run(api, project)
+    call_id = str(uuid.uuid4())
+    call = {
+        "id": call_id,
+        "run_id": run_id,
+        "step_index": 1,
+        "provider": "openai",
+        "model": "gpt-4o",
+        "input_tokens": 1200,
+        "output_tokens": 80,
+        "cost_usd": 0.0042,
+        "latency_ms": 812.5,
+    }
+    for _ in range(2):
+        status, body, _ = await api.post(
+            "/v1/ingest/ai", json=[call], headers=project.auth("ingest")
+        )
+        assert status == 200 and body["data"]["ids"] == [call_id]
+    status, body, _ = await api.post(
+        "/v1/ingest/ai",
+        json={"provider": "anthropic", "model": "claude", "status": "error", "error": "overloaded"},
+        headers=project.auth("ingest"),
+    )
+    assert status == 200
+    rows = query(
+        db_url,
+        "SELECT provider, input_tokens, output_tokens, cost_usd, status "
+        "FROM ai_traces WHERE project_id = %s ORDER BY provider",
+        (project.id,),
+    )
+    assert rows == [("anthropic", 0, 0, None, "error"), ("openai", 1200, 80, 0.0042, "ok")]
+
+
+async def test_loop_fingerprint_matches_spec_example(api: Api, project: Project) -> None:
+    """The spec's looping agent: five identical web_search calls, steps 1 to 5."""
+    run_id = await start_run(api, project, agent_name="looping-agent")
+    raw = b'{"max_results": 3, "q": "What is keelwave?"}'
+    for index in range(1, 6):
+        await post_raw_steps(
+            api,
+            project,
+            b'{"run_id":"%s","step_index":%d,"tool_name":'
+            b'"web_search","tool_input":%s}' % (run_id.encode(), index, raw),
+        )
+    status, body, _ = await api.get(
+        f"/v1/projects/{project.id}/agent/runs/{run_id}/loops", headers=project.auth("read")
+    )
+    assert status == 200
+    assert body == {
+        "data": [
+            {
+                "fingerprint": base64.b64encode(expected_fingerprint("web_search", raw)).decode(),
+                "hits": 5,
+                "step_indices": [1, 2, 3, 4, 5],
+                "tool_name": "web_search",
+            }
+        ]
+    }

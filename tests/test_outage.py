@@ -1,0 +1,73 @@
+"""A database outage: 503 with Retry-After (never 500), and recovery on its own."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from urllib.parse import urlsplit, urlunsplit
+
+import aiohttp
+from conftest import Api, Project, make_project, make_settings, query
+from tcp_proxy import CuttableProxy
+
+from keelwave.server.app import create_app
+
+
+async def test_outage_gives_503_and_recovers(db_url: str, project: Project, aiohttp_server):
+    parts = urlsplit(db_url)
+    proxy = CuttableProxy(parts.hostname, parts.port or 5432)
+    await proxy.start()
+    via_proxy = urlunsplit(parts._replace(netloc=f"{parts.username}@127.0.0.1:{proxy.port}"))
+    app = create_app(make_settings(database_timeout_seconds=1), via_proxy)
+    server = await aiohttp_server(app)
+    async with aiohttp.ClientSession() as session:
+        api = Api(str(server.make_url("")).rstrip("/"), session)
+        run_id = str(uuid.uuid4())
+        status, _, _ = await api.post(
+            "/v1/ingest/agent/runs", headers=project.auth(), json={"id": run_id, "agent_name": "a"}
+        )
+        assert status == 201
+
+        await proxy.cut()
+        step = {"run_id": run_id, "step_index": 1, "tool_name": "t", "tool_input": {}}
+        status, body, headers = await api.post(
+            "/v1/ingest/agent/steps", json=step, headers=project.auth()
+        )
+        assert status == 503, body
+        assert body["error"]["code"] == "database_unavailable"
+        assert int(headers["Retry-After"]) >= 1
+        status, body, _ = await api.post(
+            f"/v1/ingest/agent/runs/{run_id}/finish",
+            json={"termination_reason": "clean"},
+            headers=project.auth(),
+        )
+        assert status == 503, body
+        status, body, headers = await api.get("/readyz")
+        assert status == 503 and "Retry-After" in headers
+        status, _, _ = await api.get("/healthz")
+        assert status == 200
+        # a key the server has not seen yet cannot be checked either: 503, not 401
+        other = make_project(db_url)
+        status, body, _ = await api.get("/v1/me", headers=other.auth())
+        assert status == 503, body
+
+        await proxy.restore()
+        for _ in range(50):  # the server reconnects by itself
+            status, body, _ = await api.post(
+                "/v1/ingest/agent/steps", json=step, headers=project.auth()
+            )
+            if status == 200:
+                break
+            assert status == 503, body
+            await asyncio.sleep(0.2)
+        assert status == 200
+        status, _, _ = await api.get("/readyz")
+        assert status == 200
+        status, _, _ = await api.post(
+            f"/v1/ingest/agent/runs/{run_id}/finish",
+            json={"termination_reason": "clean"},
+            headers=project.auth(),
+        )
+        assert status == 200
+    await proxy.cut()
+    assert query(db_url, "SELECT count(*) FROM agent_steps WHERE run_id = %s", (run_id,)) == [(1,)]

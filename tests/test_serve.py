@@ -1,0 +1,190 @@
+"""`keelwave serve` as a user runs it: embedded database, first key, signals, restarts."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+import threading
+import uuid
+from pathlib import Path
+
+import httpx
+import psycopg
+import pytest
+from serve_process import ServeProcess, keelwave
+
+from keelwave.db.embedded import EmbeddedPostgres
+
+
+def post_looping_run(url: str, key: str) -> str:
+    headers = {"Authorization": f"Bearer {key}"}
+    with httpx.Client(base_url=url, headers=headers) as client:
+        run_id = (
+            client.post("/v1/ingest/agent/runs", json={"agent_name": "looping-agent"})
+            .raise_for_status()
+            .json()["data"]["id"]
+        )
+        steps = [
+            {
+                "run_id": run_id,
+                "step_index": i,
+                "tool_name": "web_search",
+                "tool_input": {"q": "same"},
+            }
+            for i in range(1, 6)
+        ]
+        client.post("/v1/ingest/agent/steps", json=steps).raise_for_status()
+        client.post(
+            f"/v1/ingest/agent/runs/{run_id}/finish",
+            json={
+                "termination_reason": "loop_detected",
+                "loop_detected": True,
+                "loop_step_index": 1,
+            },
+        ).raise_for_status()
+    return run_id
+
+
+def get_loops(url: str, key: str, run_id: str) -> list[dict]:
+    headers = {"Authorization": f"Bearer {key}"}
+    with httpx.Client(base_url=url, headers=headers) as client:
+        project = client.get("/v1/me").raise_for_status().json()["data"]["project_id"]
+        response = client.get(f"/v1/projects/{project}/agent/runs/{run_id}/loops")
+        return response.raise_for_status().json()["data"]
+
+
+def test_embedded_first_start_restart_and_shared_keys(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    env = {"KEELWAVE_DATA_DIR": str(data_dir)}
+    server = ServeProcess(env=env, log=tmp_path / "serve1.log")
+    try:
+        key = server.printed_key
+        assert key, "".join(server.output)
+        assert "only this once" in "".join(server.output)
+        assert httpx.get(server.url + "/readyz").json() == {"status": "ready"}
+        run_id = post_looping_run(server.url, key)
+        assert get_loops(server.url, key, run_id)[0]["step_indices"] == [1, 2, 3, 4, 5]
+
+        # keys commands join the running embedded database
+        created = keelwave(
+            "keys", "create", "--project", "team-a", "--scope", "read", "--json", env=env
+        )
+        assert created.returncode == 0, created.stderr
+        new_key = json.loads(created.stdout)
+        assert set(new_key) == {"id", "key", "project_id", "project", "scope"}
+        response = httpx.get(
+            server.url + "/v1/me", headers={"Authorization": f"Bearer {new_key['key']}"}
+        )
+        assert response.json()["data"]["project"] == "team-a"
+        listed = keelwave("keys", "list", "--json", env=env)
+        assert new_key["key"] not in listed.stdout and key not in listed.stdout
+        assert len(json.loads(listed.stdout)) == 2
+
+        code, rest = server.stop(signal.SIGTERM)
+        assert code == 0, server.stderr()
+        assert "Stopped" in rest
+    finally:
+        server.kill()
+    # the last user stopped the embedded PostgreSQL
+    assert EmbeddedPostgres(data_dir)._is_running() is False
+
+    again = ServeProcess(env=env, log=tmp_path / "serve2.log")
+    try:
+        assert again.printed_key is None  # the first key is never shown twice
+        assert get_loops(again.url, key, run_id)[0]["hits"] == 5  # data survived
+        code, _ = again.stop(signal.SIGINT)
+        assert code == 0
+    finally:
+        again.kill()
+
+
+def test_serve_with_external_database(fresh_db_url: str, tmp_path: Path) -> None:
+    server = ServeProcess("--database-url", fresh_db_url, log=tmp_path / "serve.log")
+    try:
+        key = server.printed_key
+        assert key
+        run_id = post_looping_run(server.url, key)
+        assert get_loops(server.url, key, run_id)[0]["hits"] == 5
+        current = keelwave("migrate", "current", "--database-url", fresh_db_url)
+        assert "(head)" in current.stdout + current.stderr
+    finally:
+        code, _ = server.stop()
+        server.kill()
+    assert code == 0
+
+
+def test_no_migrate_on_an_empty_database_says_what_to_do(fresh_db_url: str) -> None:
+    result = keelwave("serve", "--no-migrate", "--port", "0", "--database-url", fresh_db_url)
+    assert result.returncode == 1
+    assert "keelwave migrate" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_unreachable_database_is_one_clear_line() -> None:
+    result = keelwave(
+        "serve", "--port", "0", "--database-url", "postgresql://nobody:secret@127.0.0.1:1/none"
+    )
+    assert result.returncode == 1
+    assert "cannot connect" in result.stderr
+    assert "secret" not in result.stderr  # the password is redacted
+    assert "Traceback" not in result.stderr
+
+
+def test_sigterm_commits_what_was_acknowledged(fresh_db_url: str, tmp_path: Path) -> None:
+    """Stop the server while clients are posting: every acknowledged step is stored."""
+    server = ServeProcess("--database-url", fresh_db_url, log=tmp_path / "serve.log")
+    key = server.printed_key
+    run_id = str(uuid.uuid4())
+    acknowledged: list[int] = []
+    stop = threading.Event()
+
+    def client(offset: int) -> None:
+        with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {key}"}) as http:
+            index = offset
+            while not stop.is_set():
+                try:
+                    response = http.post(
+                        "/v1/ingest/agent/steps",
+                        json={
+                            "run_id": run_id,
+                            "step_index": index,
+                            "tool_name": "t",
+                            "tool_input": {"i": index},
+                        },
+                    )
+                except httpx.HTTPError:
+                    return  # the server is gone
+                if response.status_code == 200:
+                    acknowledged.append(index)
+                index += 8
+
+    threads = [threading.Thread(target=client, args=(n,)) for n in range(8)]
+    for thread in threads:
+        thread.start()
+    while len(acknowledged) < 200:
+        threading.Event().wait(0.01)
+    code, _ = server.stop(signal.SIGTERM)
+    stop.set()
+    for thread in threads:
+        thread.join()
+    assert code == 0
+    with psycopg.connect(fresh_db_url) as conn:
+        stored = {
+            row[0]
+            for row in conn.execute(
+                "SELECT step_index FROM agent_steps WHERE run_id = %s", (run_id,)
+            )
+        }
+    assert set(acknowledged) <= stored
+
+
+def test_keelwave_command_is_installed() -> None:
+    path = shutil.which("keelwave")
+    if path is None:
+        pytest.skip("the keelwave script is not on PATH (not installed with pip)")
+    result = subprocess.run([path, "--help"], capture_output=True, text=True)
+    assert result.returncode == 0
+    for command in ("serve", "migrate", "keys"):
+        assert command in result.stdout

@@ -17,10 +17,15 @@ app = typer.Typer(
 )
 
 
+def _only_revisions(record: logging.LogRecord) -> bool:
+    return record.getMessage().startswith(("Running upgrade", "Running downgrade"))
+
+
 def _run(action, database_url: str | None, data_dir, *args) -> None:  # noqa: ANN001
-    # alembic reports each revision it runs through logging; show those lines.
+    # alembic reports each revision it runs through logging; show those lines only.
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    logging.getLogger("alembic.runtime.migration").setLevel(logging.INFO)
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(_only_revisions)
     settings = settings_from(database_url=database_url, data_dir=data_dir)
     with connected(settings) as conninfo:
         try:

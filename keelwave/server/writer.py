@@ -202,6 +202,11 @@ class IngestWriter:
             conn = await psycopg.AsyncConnection.connect(
                 self._conninfo, autocommit=True, connect_timeout=self._connect_timeout
             )
+            # The staging tables are never analysed, so the planner guesses their
+            # size and may pick a hash anti-join that reads the whole target
+            # table on every flush. The duplicate check must be index probes.
+            await conn.execute("SET enable_hashjoin = off")
+            await conn.execute("SET enable_mergejoin = off")
             for table, stage, _, _ in TABLES:
                 # Session-local, emptied at every commit; never touches the WAL.
                 await conn.execute(

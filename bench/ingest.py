@@ -1,0 +1,210 @@
+"""Ingest throughput of `keelwave serve`, against raw COPY into the same table.
+
+    python bench/ingest.py [--seconds 10] [--clients 16] [--batch 100]
+
+Creates a scratch database on the PostgreSQL at KEELWAVE_BENCH_DATABASE_URL
+(default postgresql://postgres@127.0.0.1:5432/postgres), starts a real
+`keelwave serve` on it, and measures:
+
+1. batched ingest: N clients each posting batches of steps in a loop;
+2. single-step ingest: N clients posting one step per request;
+3. the baseline: the same kind of rows written with COPY straight into a copy
+   of agent_steps with the same indexes, in 5,000-row transactions.
+
+A step counts only once its request was acknowledged, and the server
+acknowledges only after commit. The load generator runs in this process, on
+the same machine: its CPU cost is part of what is measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+
+import aiohttp
+import psycopg
+
+ADMIN_URL = os.environ.get(
+    "KEELWAVE_BENCH_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
+)
+
+
+def scratch_database() -> tuple[str, str]:
+    name = f"kw_bench_{os.getpid()}"
+    with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return name, ADMIN_URL.rsplit("/", 1)[0] + "/" + name
+
+
+def drop_database(name: str) -> None:
+    with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def start_server(db_url: str) -> tuple[subprocess.Popen, str, str]:
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "keelwave.cli",
+            "serve",
+            "--port",
+            "0",
+            "--database-url",
+            db_url,
+            "--log-level",
+            "warning",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    key = url = None
+    for line in process.stdout:
+        if match := re.search(r"\b(kw_[A-Za-z0-9_-]{40,})", line):
+            key = match.group(1)
+        if match := re.search(r"listening on (http://\S+)", line):
+            url = match.group(1)
+            break
+    if not (key and url):
+        raise SystemExit("keelwave serve did not start")
+    return process, url, key
+
+
+def step_body(run_id: str, first_index: int, count: int) -> bytes:
+    steps = [
+        {
+            "run_id": run_id,
+            "step_index": first_index + k,
+            "tool_name": "web_search",
+            "tool_input": {"q": f"query {first_index + k}", "max_results": 3},
+            "tool_output": {"results": ["a", "b", "c"]},
+            "duration_ms": 12.5,
+        }
+        for k in range(count)
+    ]
+    return json.dumps(steps if count > 1 else steps[0]).encode()
+
+
+async def load(url: str, key: str, clients: int, batch: int, seconds: float) -> dict:
+    headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+    latencies: list[float] = []
+    acknowledged = 0
+    failures = 0
+    deadline = time.perf_counter() + seconds
+
+    async def client(session: aiohttp.ClientSession) -> None:
+        nonlocal acknowledged, failures
+        run_id = str(uuid.uuid4())
+        index = 1
+        # Bodies are built ahead, so the clock measures the server, not json.dumps.
+        bodies = [step_body(run_id, index + n * batch, batch) for n in range(64)]
+        n = 0
+        while time.perf_counter() < deadline:
+            if n == len(bodies):
+                run_id, n = str(uuid.uuid4()), 0
+                bodies = [step_body(run_id, 1 + m * batch, batch) for m in range(64)]
+            started = time.perf_counter()
+            async with session.post(
+                f"{url}/v1/ingest/agent/steps", data=bodies[n], headers=headers
+            ) as response:
+                await response.read()
+                if response.status == 200:
+                    acknowledged += batch
+                    latencies.append(time.perf_counter() - started)
+                else:
+                    failures += 1
+            n += 1
+
+    connector = aiohttp.TCPConnector(limit=clients)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        started = time.perf_counter()
+        await asyncio.gather(*[client(session) for _ in range(clients)])
+        elapsed = time.perf_counter() - started
+    latencies.sort()
+    return {
+        "steps_per_s": acknowledged / elapsed,
+        "requests_per_s": len(latencies) / elapsed,
+        "p50_ms": 1000 * statistics.median(latencies) if latencies else None,
+        "p99_ms": 1000 * latencies[int(len(latencies) * 0.99) - 1] if latencies else None,
+        "failures": failures,
+    }
+
+
+def raw_copy(db_url: str, rows: int) -> float:
+    """COPY pre-formatted rows into a copy of agent_steps, 5,000 rows a transaction."""
+    project = uuid.uuid4()
+    chunk = 5000
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE bench_copy (LIKE agent_steps INCLUDING ALL)")
+        lines = []
+        for index in range(chunk):
+            run_id = uuid.uuid4() if index % 100 == 0 else run_id  # noqa: F821
+            tool_input = json.dumps({"q": f"query {index}", "max_results": 3})
+            fingerprint = os.urandom(32).hex()
+            lines.append(
+                f"{project}\t{run_id}\t{index}\ttool_call\tweb_search\t{tool_input}\t"
+                f'{{"results": ["a", "b", "c"]}}\t\\N\t\\\\x{fingerprint}\t'
+                f"2026-11-30 09:00:00+00\t12.5\t\\N\n"
+            )
+        block = "".join(lines).encode()
+        columns = (
+            "project_id, run_id, step_index, step_type, tool_name, tool_input, "
+            "tool_output, content, input_fingerprint, started_at, duration_ms, error"
+        )
+        started = time.perf_counter()
+        written = 0
+        while written < rows:
+            with (
+                conn.transaction(),
+                conn.cursor().copy(f"COPY bench_copy ({columns}) FROM STDIN") as copy,
+            ):
+                copy.write(block)
+            written += chunk
+        return written / (time.perf_counter() - started)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=10)
+    parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument("--batch", type=int, default=100)
+    args = parser.parse_args()
+
+    name, db_url = scratch_database()
+    process, url, key = start_server(db_url)
+    try:
+        batched = asyncio.run(load(url, key, args.clients, args.batch, args.seconds))
+        single = asyncio.run(load(url, key, args.clients, 1, args.seconds))
+    finally:
+        process.terminate()
+        process.wait()
+    copy_rate = raw_copy(db_url, max(50_000, int(batched["steps_per_s"] * args.seconds)))
+    drop_database(name)
+
+    print(f"python: {sys.executable} ({sys.version.split()[0]}); {os.cpu_count()} cores")
+    print(f"{'workload':<34}{'steps/s':>10}{'req/s':>10}{'p50 ms':>9}{'p99 ms':>9}")
+    for label, result in (
+        (f"batched ({args.batch}/request, {args.clients} clients)", batched),
+        (f"single step ({args.clients} clients)", single),
+    ):
+        print(
+            f"{label:<34}{result['steps_per_s']:>10.0f}{result['requests_per_s']:>10.0f}"
+            f"{result['p50_ms']:>9.1f}{result['p99_ms']:>9.1f}"
+            + (f"  ({result['failures']} failed)" if result["failures"] else "")
+        )
+    print(f"{'raw COPY baseline (5000/txn)':<34}{copy_rate:>10.0f}")
+    print(f"batched ingest / raw COPY = {batched['steps_per_s'] / copy_rate:.0%}")
+
+
+if __name__ == "__main__":
+    main()

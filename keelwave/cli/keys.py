@@ -7,7 +7,10 @@ database they join the server that ``keelwave serve`` runs.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from enum import StrEnum
+from pathlib import Path
 from typing import Annotated
 
 import psycopg
@@ -26,6 +29,15 @@ from keelwave.cli.common import (
 from keelwave.db import keys as store
 
 app = typer.Typer(help="Create, list and revoke API keys.", no_args_is_help=True)
+
+
+@contextmanager
+def key_database(database_url: str | None, data_dir: Path | None) -> Iterator[psycopg.Connection]:
+    """A connection to a migrated keelwave database, or one clear error line."""
+    settings = settings_from(database_url=database_url, data_dir=data_dir)
+    with connected(settings) as conninfo, psycopg.connect(conninfo, autocommit=True) as conn:
+        require_schema(conn)
+        yield conn
 
 
 class Scope(StrEnum):
@@ -53,9 +65,7 @@ def create(
     data_dir: DataDir = None,
 ) -> None:
     """Create a key. It is printed once; only its hash is stored."""
-    settings = settings_from(database_url=database_url, data_dir=data_dir)
-    with connected(settings) as conninfo, psycopg.connect(conninfo, autocommit=True) as conn:
-        require_schema(conn)
+    with key_database(database_url, data_dir) as conn:
         try:
             created = store.create_key(conn, project, scope.value, name)
         except ValueError as error:
@@ -82,9 +92,7 @@ def list_(
     data_dir: DataDir = None,
 ) -> None:
     """List keys (never the keys themselves: only their first characters)."""
-    settings = settings_from(database_url=database_url, data_dir=data_dir)
-    with connected(settings) as conninfo, psycopg.connect(conninfo, autocommit=True) as conn:
-        require_schema(conn)
+    with key_database(database_url, data_dir) as conn:
         rows = store.list_keys(conn, project)
     if as_json:
         stdout.print_json(json.dumps([store.jsonable(row) for row in rows]))
@@ -116,9 +124,7 @@ def revoke(
     data_dir: DataDir = None,
 ) -> None:
     """Revoke a key. Running servers stop accepting it at once."""
-    settings = settings_from(database_url=database_url, data_dir=data_dir)
-    with connected(settings) as conninfo, psycopg.connect(conninfo, autocommit=True) as conn:
-        require_schema(conn)
+    with key_database(database_url, data_dir) as conn:
         try:
             row = store.revoke_key(conn, key_id)
         except store.UnknownKey as error:

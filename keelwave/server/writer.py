@@ -13,8 +13,8 @@ why there is no unique index): rows are COPYed into session-local staging
 tables and moved with ``INSERT … SELECT DISTINCT ON … WHERE NOT EXISTS``, so a
 run (project, id), a step (project, run, step_index) or a model call
 (project, id) already stored, or repeated within the batch, is skipped; the
-first copy wins. Transaction-level advisory locks on hash buckets of the ids
-serialise the check-and-insert between server processes sharing a database.
+first copy wins. The same statements keep run counters and rollups current
+(see writes.py, which also says how transactions avoid deadlocks).
 
 Failures: if the database is unreachable, every request in the batch gets
 :class:`DatabaseUnavailable` (503, retry); nothing was acknowledged, so nothing
@@ -33,31 +33,16 @@ from dataclasses import dataclass, field
 
 import psycopg
 
+from keelwave.server import writes
+
 log = logging.getLogger("keelwave.writer")
 
-RUN_COLUMNS = (
-    "project_id", "id", "agent_name", "parent_run_id", "started_at",
-    "input", "metadata", "tags",
-)  # fmt: skip
-STEP_COLUMNS = (
-    "project_id", "run_id", "step_index", "step_type", "tool_name", "tool_input",
-    "tool_output", "content", "input_fingerprint", "started_at", "duration_ms", "error",
-)  # fmt: skip
-TRACE_COLUMNS = (
-    "project_id", "id", "run_id", "step_index", "provider", "model", "input_tokens",
-    "output_tokens", "cache_read_tokens", "reasoning_tokens", "cost_usd", "latency_ms",
-    "status", "error", "started_at",
-)  # fmt: skip
-
-# (table, staging table, columns, identity columns)
-TABLES = (
-    ("agent_runs", "kw_stage_runs", RUN_COLUMNS, ("project_id", "id")),
-    ("agent_steps", "kw_stage_steps", STEP_COLUMNS, ("project_id", "run_id", "step_index")),
-    ("ai_traces", "kw_stage_traces", TRACE_COLUMNS, ("project_id", "id")),
+# (position in Submission.rows, staging table, columns, statement moving them in)
+STAGES = (
+    (0, "kw_stage_runs", writes.RUN_COLUMNS, writes.INSERT_RUNS),
+    (1, "kw_stage_steps", writes.STEP_COLUMNS, writes.INSERT_STEPS),
+    (2, "kw_stage_traces", writes.TRACE_COLUMNS, writes.INSERT_TRACES),
 )
-
-LOCK_NAMESPACE = 0x6B77  # 'kw': first key of pg_advisory_xact_lock(int, int)
-LOCK_BUCKETS = 64  # per table; bounds the locks one transaction takes
 
 
 class DatabaseUnavailable(Exception):
@@ -184,18 +169,16 @@ class IngestWriter:
     async def _commit(self, batch: list[Submission]) -> None:
         conn = await self._connection()
         async with conn.transaction(), conn.cursor() as cur:
-            await cur.execute(
-                "SELECT pg_advisory_xact_lock(%s, bucket) FROM unnest(%s::int[]) AS bucket",
-                (LOCK_NAMESPACE, _lock_buckets(batch)),
-            )
-            for position, (table, stage, columns, identity) in enumerate(TABLES):
+            await cur.execute(writes.LOCK_SQL, (writes.LOCK_NAMESPACE, _lock_keys(batch)))
+            for position, stage, columns, statement in STAGES:
                 rows = [row for submission in batch for row in submission.rows[position]]
                 if not rows:
                     continue
-                async with cur.copy(f"COPY {stage} (seq, {', '.join(columns)}) FROM STDIN") as copy:
+                async with cur.copy(writes.copy_sql(stage, columns)) as copy:
                     for seq, row in enumerate(rows):
                         await copy.write_row((seq, *row))
-                await cur.execute(_move_sql(table, stage, columns, identity))
+                await cur.execute(statement)
+            await cur.execute(writes.MERGE_ROLLUPS)
 
     async def _connection(self) -> psycopg.AsyncConnection:
         if self._conn is None or self._conn.closed:
@@ -207,12 +190,9 @@ class IngestWriter:
             # table on every flush. The duplicate check must be index probes.
             await conn.execute("SET enable_hashjoin = off")
             await conn.execute("SET enable_mergejoin = off")
-            for table, stage, _, _ in TABLES:
+            for statement in writes.STAGING_DDL:
                 # Session-local, emptied at every commit; never touches the WAL.
-                await conn.execute(
-                    f"CREATE TEMP TABLE IF NOT EXISTS {stage} "
-                    f"(seq integer, LIKE {table} INCLUDING DEFAULTS) ON COMMIT DELETE ROWS"
-                )
+                await conn.execute(statement)
             self._conn = conn
         return self._conn
 
@@ -225,30 +205,15 @@ class IngestWriter:
             self._conn = None
 
 
-def _move_sql(table: str, stage: str, columns: tuple[str, ...], identity: tuple[str, ...]) -> str:
-    cols = ", ".join(columns)
-    key = ", ".join(identity)
-    same = " AND ".join(f"t.{column} = s.{column}" for column in identity)
-    return (
-        f"INSERT INTO {table} ({cols}) "
-        f"SELECT DISTINCT ON ({key}) {cols} FROM {stage} s "
-        f"WHERE NOT EXISTS (SELECT 1 FROM {table} t WHERE {same}) "
-        f"ORDER BY {key}, seq"
-    )
-
-
-def _lock_buckets(batch: list[Submission]) -> list[int]:
-    """Sorted lock keys for the ids in the batch; sorted so two writers never deadlock."""
-    buckets: set[int] = set()
+def _lock_keys(batch: list[Submission]) -> list[int]:
+    """Lock every run the batch touches; a model call without a run locks its own id."""
+    ids: set = set()
     for submission in batch:
         runs, steps, traces = submission.rows
-        for row in runs:
-            buckets.add(row[1].int % LOCK_BUCKETS)  # run id
-        for row in steps:
-            buckets.add(LOCK_BUCKETS + row[1].int % LOCK_BUCKETS)  # run id of the step
-        for row in traces:
-            buckets.add(2 * LOCK_BUCKETS + row[1].int % LOCK_BUCKETS)  # call id
-    return sorted(buckets)
+        ids.update(row[1] for row in runs)  # run id
+        ids.update(row[1] for row in steps)  # the step's run id
+        ids.update(row[2] or row[1] for row in traces)  # the call's run id, else its id
+    return writes.lock_keys(ids)
 
 
 def _settle(batch: list[Submission], error: BaseException | None) -> None:

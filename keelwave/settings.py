@@ -65,6 +65,21 @@ class Settings(BaseSettings):
         gt=0,
         description="How long a request waits for a database connection before answering 503.",
     )
+    stall_after_seconds: float = Field(
+        default=600,
+        gt=0,
+        description="A run with no finish and no activity for this long is shown as stalled.",
+    )
+    timeout_after_seconds: float = Field(
+        default=3600,
+        gt=0,
+        description="A run silent for this long is finished with termination_reason 'timeout'.",
+    )
+    prices_file: Path | None = Field(
+        default=None,
+        description="A JSON price table that extends or overrides the shipped one "
+        "(see docs/api.md, 'Cost').",
+    )
     retry_after_seconds: int = Field(
         default=1, ge=1, description="Retry-After sent with 503 answers."
     )

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
+import psycopg
 from aiohttp import web
 from psycopg_pool import AsyncConnectionPool
 
-from keelwave.server import appkeys, health, ingest, loops
+from keelwave.server import appkeys, health, ingest, loops, writes
 from keelwave.server.auth import KeyStore
 from keelwave.server.errors import error_middleware
+from keelwave.server.lifecycle import Reaper
 from keelwave.server.writer import IngestWriter
 from keelwave.settings import Settings
 
@@ -53,6 +55,7 @@ async def _database(app: web.Application) -> AsyncIterator[None]:
         reconnect_timeout=RECONNECT_SECONDS,
         open=False,
         name="keelwave",
+        configure=_configure_connection,
     )
     # wait=False: serve (and answer /readyz with 503) even if the database is down.
     await pool.open(wait=False)
@@ -62,6 +65,8 @@ async def _database(app: web.Application) -> AsyncIterator[None]:
     writer.start()
     keystore = KeyStore(pool, conninfo, settings.key_cache_seconds)
     keystore.start()
+    reaper = Reaper(pool, settings.timeout_after_seconds, settings.stall_after_seconds)
+    reaper.start()
     app[appkeys.POOL] = pool
     app[appkeys.WRITER] = writer
     app[appkeys.KEYSTORE] = keystore
@@ -69,5 +74,11 @@ async def _database(app: web.Application) -> AsyncIterator[None]:
         yield
     finally:
         await writer.close()
+        await reaper.stop()
         await keystore.stop()
         await pool.close()
+
+
+async def _configure_connection(conn: psycopg.AsyncConnection) -> None:
+    """Every pooled connection gets the rollup staging table that finishes write through."""
+    await conn.execute(writes.STAGING_DDL[-1])

@@ -17,6 +17,7 @@ from keelwave.server import appkeys
 from keelwave.server.auth import INGEST
 from keelwave.server.errors import ApiError, not_found, unavailable
 from keelwave.server.fingerprint import fingerprint
+from keelwave.server.lifecycle import Finish, finish_run
 from keelwave.server.schemas import (
     ModelCall,
     RunFinish,
@@ -92,38 +93,27 @@ async def start_run(request: web.Request) -> web.Response:
 
 
 @routes.post("/v1/ingest/agent/runs/{run_id}/finish")
-async def finish_run(request: web.Request) -> web.Response:
+async def finish(request: web.Request) -> web.Response:
     principal = await request.app[appkeys.KEYSTORE].authenticate(request, INGEST)
     run_id = _uuid_or_404(request.match_info["run_id"])
-    finish: RunFinish = decode(await _body(request), RunFinish)
-    ended_at = timestamp(finish.ended_at, datetime.now(UTC))
-    async with request.app[appkeys.POOL].connection() as conn:
-        cursor = await conn.execute(
-            """
-            UPDATE agent_runs SET
-                ended_at = %s,
-                termination_reason = %s,
-                loop_detected = coalesce(%s, loop_detected),
-                loop_step_index = coalesce(%s, loop_step_index),
-                output = coalesce(%s::json, output),
-                error = coalesce(%s, error)
-            WHERE project_id = %s AND id = %s
-            """,
-            (
-                ended_at,
-                finish.termination_reason,
-                finish.loop_detected,
-                finish.loop_step_index,
-                payload(finish.output),
-                clean_text(finish.error),
-                principal.project_id,
-                run_id,
-            ),
-        )
-        if cursor.rowcount == 0:
-            raise not_found(f"run {run_id}")
+    body: RunFinish = decode(await _body(request), RunFinish)
+    found = await finish_run(
+        request.app[appkeys.POOL],
+        principal.project_id,
+        run_id,
+        Finish(
+            termination_reason=body.termination_reason,
+            ended_at=timestamp(body.ended_at, datetime.now(UTC)),
+            loop_detected=body.loop_detected,
+            loop_step_index=body.loop_step_index,
+            output=payload(body.output),
+            error=clean_text(body.error),
+        ),
+    )
+    if not found:
+        raise not_found(f"run {run_id}")
     return web.json_response(
-        {"data": {"id": str(run_id), "termination_reason": finish.termination_reason}}
+        {"data": {"id": str(run_id), "termination_reason": body.termination_reason}}
     )
 
 

@@ -62,7 +62,9 @@ def upgrade() -> None:
                 WHERE s.project_id = r.project_id AND s.run_id = r.id))
         """
     )
-    op.execute("UPDATE agent_runs SET last_activity_at = received_at WHERE last_activity_at IS NULL")
+    op.execute(
+        "UPDATE agent_runs SET last_activity_at = received_at WHERE last_activity_at IS NULL"
+    )
     op.execute("ALTER TABLE agent_runs ALTER COLUMN last_activity_at SET NOT NULL")
     op.execute("ALTER TABLE agent_runs ALTER COLUMN last_activity_at SET DEFAULT now()")
 

@@ -28,6 +28,7 @@ from keelwave.cli.common import (
 from keelwave.db import keys as key_store
 from keelwave.db import migrate as migrations
 from keelwave.server.app import create_app
+from keelwave.server.pricing import PriceTable, PriceTableError
 from keelwave.settings import Settings
 
 log = logging.getLogger("keelwave")
@@ -75,15 +76,23 @@ def serve(
                 )
             first_key = key_store.bootstrap_first_key(conn)
         try:
-            asyncio.run(_serve(settings, conninfo, where, first_key))
+            prices = PriceTable.load(settings.prices_file)
+        except PriceTableError as error:
+            fail(str(error))
+        try:
+            asyncio.run(_serve(settings, conninfo, where, first_key, prices))
         except OSError as error:
             fail(f"cannot listen on {settings.host}:{settings.port}: {error.strerror or error}")
 
 
 async def _serve(
-    settings: Settings, conninfo: str, where: str, first_key: key_store.CreatedKey | None
+    settings: Settings,
+    conninfo: str,
+    where: str,
+    first_key: key_store.CreatedKey | None,
+    prices: PriceTable,
 ) -> None:
-    app = create_app(settings, conninfo)
+    app = create_app(settings, conninfo, prices)
     runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=30)
     await runner.setup()
     stop = asyncio.Event()

@@ -14,17 +14,21 @@ import psycopg
 from aiohttp import web
 from psycopg_pool import AsyncConnectionPool
 
-from keelwave.server import appkeys, health, ingest, loops, writes
+from keelwave.server import aggregates, appkeys, health, ingest, loops, runs, writes
 from keelwave.server.auth import KeyStore
 from keelwave.server.errors import error_middleware
 from keelwave.server.lifecycle import Reaper
+from keelwave.server.pricing import PriceTable
 from keelwave.server.writer import IngestWriter
 from keelwave.settings import Settings
 
 RECONNECT_SECONDS = 5.0
 
 
-def create_app(settings: Settings, conninfo: str) -> web.Application:
+def create_app(
+    settings: Settings, conninfo: str, prices: PriceTable | None = None
+) -> web.Application:
+    """Build the application. Raises PriceTableError for an unusable prices_file."""
     app = web.Application(
         client_max_size=settings.max_body_bytes,
         middlewares=[error_middleware(settings.retry_after_seconds)],
@@ -32,9 +36,13 @@ def create_app(settings: Settings, conninfo: str) -> web.Application:
     app[appkeys.SETTINGS] = settings
     app[appkeys.CONNINFO] = conninfo
     app.cleanup_ctx.append(_database)
+    app[appkeys.PRICES] = prices or PriceTable.load(settings.prices_file)
     app.add_routes(health.routes)
     app.add_routes(ingest.routes)
     app.add_routes(loops.routes)
+    # Before runs: /runs/timeseries and /runs/terminations must not match /runs/{run_id}.
+    app.add_routes(aggregates.routes)
+    app.add_routes(runs.routes)
     return app
 
 

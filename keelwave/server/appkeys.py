@@ -6,6 +6,7 @@ from aiohttp import web
 from psycopg_pool import AsyncConnectionPool
 
 from keelwave.server.auth import KeyStore
+from keelwave.server.pricing import PriceTable
 from keelwave.server.writer import IngestWriter
 from keelwave.settings import Settings
 
@@ -14,3 +15,4 @@ CONNINFO = web.AppKey("conninfo", str)
 POOL = web.AppKey("pool", AsyncConnectionPool)
 WRITER = web.AppKey("writer", IngestWriter)
 KEYSTORE = web.AppKey("keystore", KeyStore)
+PRICES = web.AppKey("prices", PriceTable)

@@ -162,6 +162,7 @@ async def ingest_model_calls(request: web.Request) -> web.Response:
     principal = await request.app[appkeys.KEYSTORE].authenticate(request, INGEST)
     calls, is_array = _as_list(decode(await _body(request), ModelCall | list[ModelCall]))
     now = datetime.now(UTC)
+    prices = request.app[appkeys.PRICES]
     rows = []
     ids = []
     for position, call in enumerate(calls):
@@ -181,7 +182,15 @@ async def ingest_model_calls(request: web.Request) -> web.Response:
                 call.output_tokens,
                 call.cache_read_tokens,
                 call.reasoning_tokens,
-                call.cost_usd,
+                call.cost_usd
+                if call.cost_usd is not None
+                else prices.cost(
+                    call.model,
+                    call.input_tokens,
+                    call.output_tokens,
+                    call.cache_read_tokens,
+                    call.reasoning_tokens,
+                ),
                 call.latency_ms,
                 call.status,
                 clean_text(call.error),

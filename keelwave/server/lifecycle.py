@@ -177,4 +177,3 @@ class Reaper:
                 log.debug("reaper skipped a round: %s", error)
             except Exception:  # never let a bug stop the reaper for good
                 log.exception("reaper failed")
-

@@ -8,13 +8,13 @@ ignore steps without one, keep groups of two or more.
 from __future__ import annotations
 
 import base64
-import uuid
 
 from aiohttp import web
 
 from keelwave.server import appkeys
-from keelwave.server.auth import ANY, READ, Principal
+from keelwave.server.auth import ANY, READ
 from keelwave.server.errors import not_found
+from keelwave.server.params import project_of, run_id_of
 
 routes = web.RouteTableDef()
 
@@ -34,22 +34,6 @@ RUN_EXISTS_SQL = """
 SELECT EXISTS (SELECT 1 FROM agent_runs WHERE project_id = %(p)s AND id = %(r)s)
     OR EXISTS (SELECT 1 FROM agent_steps WHERE project_id = %(p)s AND run_id = %(r)s)
 """
-
-
-def project_of(request: web.Request, principal: Principal) -> str:
-    """The project in the path must be the key's own (by id or name); anything else is 404."""
-    wanted = request.match_info["project_id"]
-    if wanted not in (principal.project_id, principal.project):
-        raise not_found(f"project {wanted!r}")
-    return principal.project_id
-
-
-def run_id_of(request: web.Request) -> uuid.UUID:
-    text = request.match_info["run_id"]
-    try:
-        return uuid.UUID(text)
-    except ValueError:
-        raise not_found(f"run {text!r}") from None
 
 
 @routes.get("/v1/me")

@@ -1,0 +1,347 @@
+"""Aggregates over a time window: summary, per-agent health, time series, terminations, tools.
+
+Runs are counted in the window their start falls in. Counters come from the
+hourly rollups for the whole hours inside the window and from agent_runs for
+the partial hours at its edges, so a week reads ~170 rollup rows per agent
+plus at most two hours of runs, and the numbers are exact. Duration
+percentiles are computed from the finished runs themselves.
+Token and cost totals are those of the window's runs.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from aiohttp import web
+from psycopg import AsyncConnection
+
+from keelwave.server import appkeys, params
+from keelwave.server.auth import READ
+from keelwave.server.params import Window
+from keelwave.server.schemas import TERMINATION_REASONS
+from keelwave.server.writes import ROLLUP_COUNTERS
+
+routes = web.RouteTableDef()
+
+HOUR = timedelta(hours=1)
+MAX_BUCKETS = 2000
+BUCKETS = ("1m", "5m", "15m", "1h", "6h", "1d")
+
+# How each rollup counter is computed from one agent_runs row.
+_FROM_RUN = {
+    "runs": "1",
+    "finished_runs": "(ended_at IS NOT NULL)::int",
+    "loop_runs": "loop_detected::int",
+    "error_runs": "(termination_reason IS NOT DISTINCT FROM 'error')::int",
+    "steps": "step_count",
+    "llm_calls": "llm_calls",
+    "input_tokens": "input_tokens",
+    "output_tokens": "output_tokens",
+    "cost_usd": "cost_usd",
+    "duration_ms_sum": "coalesce(duration_ms, 0)",
+    **{
+        f"term_{reason}": f"(termination_reason IS NOT DISTINCT FROM '{reason}')::int"
+        for reason in TERMINATION_REASONS
+    },
+}
+
+
+def _floor(moment: datetime, step: timedelta) -> datetime:
+    epoch = int(moment.timestamp())
+    size = int(step.total_seconds())
+    return datetime.fromtimestamp(epoch - epoch % size, UTC)
+
+
+def _ceil(moment: datetime, step: timedelta) -> datetime:
+    floored = _floor(moment, step)
+    return floored if floored == moment else floored + step
+
+
+async def window_counters(
+    conn: AsyncConnection,
+    project_id: str,
+    window: Window,
+    group: str = "",
+    agent_name: str | None = None,
+    bucket: timedelta | None = None,
+) -> list[tuple]:
+    """Sum the rollup counters over ``window``, grouped by ``group`` (agent_name, t, or nothing).
+
+    With ``group='t'`` rows are grouped into ``bucket``-sized time buckets; if
+    a bucket is not a whole number of hours the rollups cannot be split into
+    it, and agent_runs is read for the whole window.
+    """
+    full_from, full_to = _ceil(window.since, HOUR), _floor(window.until, HOUR)
+    if full_from >= full_to or (bucket is not None and bucket % HOUR):
+        full_from = full_to = window.until  # no whole hours to take from the rollups
+    agent_filter = "AND agent_name = %(agent)s" if agent_name else ""
+    counters = ", ".join(ROLLUP_COUNTERS)
+    from_runs = ", ".join(f"{expr} AS {name}" for name, expr in _FROM_RUN.items())
+    key = {
+        "": "",
+        "agent_name": "agent_name",
+        "t": "to_timestamp(floor(extract(epoch FROM t) / %(size)s) * %(size)s)",
+    }[group]
+    select_key = f"{key} AS key, " if key else ""
+    group_by = "GROUP BY 1" if key else ""
+    sql = f"""
+    WITH parts AS (
+        SELECT agent_name, bucket AS t, {counters} FROM agent_run_rollups
+        WHERE project_id = %(project)s AND bucket >= %(full_from)s AND bucket < %(full_to)s
+              {agent_filter}
+        UNION ALL
+        SELECT agent_name, started_at AS t, {from_runs} FROM agent_runs
+        WHERE project_id = %(project)s {agent_filter}
+          AND ((started_at >= %(since)s AND started_at < %(full_from)s)
+               OR (started_at >= %(full_to)s AND started_at < %(until)s))
+    )
+    SELECT {select_key}{", ".join(f"sum({c})" for c in ROLLUP_COUNTERS)}
+    FROM parts {group_by}
+    """
+    args = {
+        "project": project_id,
+        "since": window.since,
+        "until": window.until,
+        "full_from": full_from,
+        "full_to": full_to,
+        "agent": agent_name,
+        "size": int(bucket.total_seconds()) if bucket else 3600,
+    }
+    return await (await conn.execute(sql, args)).fetchall()
+
+
+def _counters(row: tuple | None) -> dict[str, float]:
+    values = row or (None,) * len(ROLLUP_COUNTERS)
+    return {name: (value or 0) for name, value in zip(ROLLUP_COUNTERS, values, strict=True)}
+
+
+def _rate(part: float, whole: float) -> float | None:
+    return round(part / whole, 6) if whole else None
+
+
+_PERCENTILES = """
+SELECT {key}
+       percentile_cont(0.5) WITHIN GROUP (ORDER BY duration_ms),
+       percentile_cont(0.95) WITHIN GROUP (ORDER BY duration_ms)
+FROM agent_runs
+WHERE project_id = %(project)s AND started_at >= %(since)s AND started_at < %(until)s
+  AND duration_ms IS NOT NULL
+{group}
+"""
+
+_STALLED = """
+SELECT {key} count(*) FROM agent_runs
+WHERE project_id = %(project)s AND ended_at IS NULL
+  AND last_activity_at < now() - %(stall)s
+  AND started_at >= %(since)s AND started_at < %(until)s
+{group}
+"""
+
+
+async def _summary_of(
+    conn: AsyncConnection, request: web.Request, project_id: str, window: Window
+) -> dict[str, Any]:
+    [row] = await window_counters(conn, project_id, window)
+    totals = _counters(row)
+    args = {
+        "project": project_id,
+        "since": window.since,
+        "until": window.until,
+        "stall": _stall(request),
+    }
+    p50, p95 = await (await conn.execute(_PERCENTILES.format(key="", group=""), args)).fetchone()
+    (stalled,) = await (await conn.execute(_STALLED.format(key="", group=""), args)).fetchone()
+    runs = totals["runs"]
+    return {
+        **window.as_json(),
+        "runs": runs,
+        "loop_runs": totals["loop_runs"],
+        "loop_rate": _rate(totals["loop_runs"], runs),
+        "error_runs": totals["error_runs"],
+        "error_rate": _rate(totals["error_runs"], runs),
+        "stalled_runs": stalled,
+        "finished_runs": totals["finished_runs"],
+        "p50_duration_ms": p50,
+        "p95_duration_ms": p95,
+        "avg_steps": _rate(totals["steps"], runs),
+        "llm_calls": totals["llm_calls"],
+        "input_tokens": totals["input_tokens"],
+        "output_tokens": totals["output_tokens"],
+        "cost_usd": round(totals["cost_usd"], 6),
+    }
+
+
+def _stall(request: web.Request) -> timedelta:
+    return timedelta(seconds=request.app[appkeys.SETTINGS].stall_after_seconds)
+
+
+async def _project(request: web.Request) -> str:
+    principal = await request.app[appkeys.KEYSTORE].authenticate(request, READ)
+    return params.project_of(request, principal)
+
+
+@routes.get("/v1/projects/{project_id}/agent/summary")
+async def summary(request: web.Request) -> web.Response:
+    project_id = await _project(request)
+    window = params.window(request)
+    async with request.app[appkeys.POOL].connection() as conn:
+        current = await _summary_of(conn, request, project_id, window)
+        previous = await _summary_of(conn, request, project_id, window.previous())
+    return web.json_response({"data": {"current": current, "previous": previous}})
+
+
+_LAST_RUN = """
+SELECT started_at FROM agent_runs
+WHERE project_id = %s AND agent_name = %s AND started_at >= %s AND started_at < %s
+ORDER BY started_at DESC LIMIT 1
+"""
+
+
+@routes.get("/v1/projects/{project_id}/agent/health")
+async def health(request: web.Request) -> web.Response:
+    project_id = await _project(request)
+    window = params.window(request)
+    args = {
+        "project": project_id,
+        "since": window.since,
+        "until": window.until,
+        "stall": _stall(request),
+    }
+    async with request.app[appkeys.POOL].connection() as conn:
+        rows = await window_counters(conn, project_id, window, group="agent_name")
+        percentiles = {
+            agent: p95
+            for agent, _, p95 in await (
+                await conn.execute(
+                    _PERCENTILES.format(key="agent_name,", group="GROUP BY agent_name"), args
+                )
+            ).fetchall()
+        }
+        stalled = dict(
+            await (
+                await conn.execute(
+                    _STALLED.format(key="agent_name,", group="GROUP BY agent_name"), args
+                )
+            ).fetchall()
+        )
+        agents = []
+        for agent_name, *values in rows:
+            totals = _counters(tuple(values))
+            if not totals["runs"]:
+                continue
+            (last_run,) = await (
+                await conn.execute(_LAST_RUN, (project_id, agent_name, window.since, window.until))
+            ).fetchone()
+            agents.append(
+                {
+                    "agent_name": agent_name,
+                    "runs": totals["runs"],
+                    "loop_runs": totals["loop_runs"],
+                    "loop_rate": _rate(totals["loop_runs"], totals["runs"]),
+                    "error_runs": totals["error_runs"],
+                    "error_rate": _rate(totals["error_runs"], totals["runs"]),
+                    "stalled_runs": stalled.get(agent_name, 0),
+                    "p95_duration_ms": percentiles.get(agent_name),
+                    "avg_steps": _rate(totals["steps"], totals["runs"]),
+                    "input_tokens": totals["input_tokens"],
+                    "output_tokens": totals["output_tokens"],
+                    "cost_usd": round(totals["cost_usd"], 6),
+                    "last_run_at": last_run.isoformat(),
+                }
+            )
+    agents.sort(key=lambda agent: (-(agent["loop_rate"] or 0), -agent["runs"], agent["agent_name"]))
+    return web.json_response({"data": agents, **window.as_json()})
+
+
+@routes.get("/v1/projects/{project_id}/agent/runs/timeseries")
+async def timeseries(request: web.Request) -> web.Response:
+    project_id = await _project(request)
+    window = params.window(request)
+    size = params.duration(request.query.get("bucket", "1h"), "bucket")
+    if int(size.total_seconds()) % 60:
+        raise params.invalid("bucket", "must be whole minutes")
+    if window.span / size > MAX_BUCKETS:
+        raise params.invalid("bucket", f"too small for this window (at most {MAX_BUCKETS} buckets)")
+    agent_name = params.text(request, "agent_name")
+    async with request.app[appkeys.POOL].connection() as conn:
+        rows = await window_counters(
+            conn, project_id, window, group="t", agent_name=agent_name, bucket=size
+        )
+    by_start = {start: _counters(tuple(values)) for start, *values in rows}
+    buckets = []
+    start = _floor(window.since, size)
+    while start < window.until:
+        totals = by_start.get(start) or _counters(None)
+        buckets.append(
+            {
+                "start": start.isoformat(),
+                "runs": totals["runs"],
+                "loop_runs": totals["loop_runs"],
+                "error_runs": totals["error_runs"],
+                "finished_runs": totals["finished_runs"],
+                "steps": totals["steps"],
+                "input_tokens": totals["input_tokens"],
+                "output_tokens": totals["output_tokens"],
+                "cost_usd": round(totals["cost_usd"], 6),
+            }
+        )
+        start += size
+    return web.json_response(
+        {"data": buckets, "bucket_seconds": int(size.total_seconds()), **window.as_json()}
+    )
+
+
+@routes.get("/v1/projects/{project_id}/agent/runs/terminations")
+async def terminations(request: web.Request) -> web.Response:
+    project_id = await _project(request)
+    window = params.window(request)
+    async with request.app[appkeys.POOL].connection() as conn:
+        [row] = await window_counters(conn, project_id, window)
+    totals = _counters(row)
+    data: list[dict[str, Any]] = [
+        {"termination_reason": reason, "count": totals[f"term_{reason}"]}
+        for reason in TERMINATION_REASONS
+    ]
+    data.append({"termination_reason": None, "count": totals["runs"] - totals["finished_runs"]})
+    return web.json_response({"data": data, **window.as_json()})
+
+
+_TOOLS = """
+SELECT tool_name,
+       count(*) AS calls,
+       count(DISTINCT run_id) AS runs,
+       count(*) - count(DISTINCT (run_id, input_fingerprint)) AS repeated_calls,
+       count(*) FILTER (WHERE error IS NOT NULL) AS error_calls,
+       percentile_cont(0.5) WITHIN GROUP (ORDER BY duration_ms) AS p50_duration_ms,
+       percentile_cont(0.95) WITHIN GROUP (ORDER BY duration_ms) AS p95_duration_ms
+FROM agent_steps
+WHERE project_id = %s AND started_at >= %s AND started_at < %s AND tool_name IS NOT NULL
+GROUP BY tool_name
+ORDER BY calls DESC, tool_name
+"""
+
+
+@routes.get("/v1/projects/{project_id}/agent/tools")
+async def tools(request: web.Request) -> web.Response:
+    project_id = await _project(request)
+    window = params.window(request)
+    async with request.app[appkeys.POOL].connection() as conn:
+        rows = await (
+            await conn.execute(_TOOLS, (project_id, window.since, window.until))
+        ).fetchall()
+    data = [
+        {
+            "tool_name": name,
+            "calls": calls,
+            "runs": runs,
+            "repeated_calls": repeated,
+            "repeat_rate": _rate(repeated, calls),
+            "error_calls": errors,
+            "error_rate": _rate(errors, calls),
+            "p50_duration_ms": p50,
+            "p95_duration_ms": p95,
+        }
+        for name, calls, runs, repeated, errors, p50, p95 in rows
+    ]
+    return web.json_response({"data": data, **window.as_json()})

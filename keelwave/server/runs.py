@@ -1,0 +1,205 @@
+"""Runs as a list, one run, its steps and its model calls.
+
+Lists are newest first with keyset pagination: ``next_cursor`` encodes the
+last row's (started_at, id), so pages stay stable while new runs arrive.
+A run's status is computed when it is read: ``finished`` once it has ended,
+``stalled`` when it has been silent for ``stall_after_seconds``, else
+``running``.
+"""
+
+from __future__ import annotations
+
+import base64
+from datetime import datetime, timedelta
+from typing import Any
+
+from aiohttp import web
+from psycopg.rows import dict_row
+
+from keelwave.server import appkeys, params
+from keelwave.server.auth import READ
+from keelwave.server.errors import not_found
+from keelwave.server.loops import LOOPS_SQL, RUN_EXISTS_SQL, loop_group
+from keelwave.server.schemas import TERMINATION_REASONS
+
+routes = web.RouteTableDef()
+
+STATUSES = ("running", "stalled", "finished")
+
+RUN_FIELDS = """
+    id, agent_name, parent_run_id, started_at, ended_at, duration_ms, termination_reason,
+    loop_detected, loop_step_index, step_count, input_tokens, output_tokens, cost_usd,
+    llm_calls, error, tags, last_activity_at,
+    CASE WHEN ended_at IS NOT NULL THEN 'finished'
+         WHEN last_activity_at < now() - %(stall)s THEN 'stalled'
+         ELSE 'running' END AS status
+"""
+
+
+def _stall(request: web.Request) -> timedelta:
+    return timedelta(seconds=request.app[appkeys.SETTINGS].stall_after_seconds)
+
+
+def _run_json(row: dict[str, Any]) -> dict[str, Any]:
+    out = dict(row)
+    for key, value in row.items():
+        if isinstance(value, datetime):
+            out[key] = value.isoformat()
+        elif key in ("id", "parent_run_id") and value is not None:
+            out[key] = str(value)
+    return out
+
+
+async def _authorized_project(request: web.Request) -> str:
+    principal = await request.app[appkeys.KEYSTORE].authenticate(request, READ)
+    return params.project_of(request, principal)
+
+
+@routes.get("/v1/projects/{project_id}/agent/runs")
+async def list_runs(request: web.Request) -> web.Response:
+    project_id = await _authorized_project(request)
+    limit = params.integer(request, "limit", 50, 1, 500)
+    where = ["project_id = %(project)s"]
+    args: dict[str, Any] = {"project": project_id, "stall": _stall(request), "limit": limit + 1}
+
+    if agent := params.text(request, "agent_name"):
+        where.append("agent_name = %(agent)s")
+        args["agent"] = agent
+    status = params.choice(request, "status", STATUSES)
+    if status == "finished":
+        where.append("ended_at IS NOT NULL")
+    elif status == "stalled":
+        where.append("ended_at IS NULL AND last_activity_at < now() - %(stall)s")
+    elif status == "running":
+        where.append("ended_at IS NULL AND last_activity_at >= now() - %(stall)s")
+    if reason := params.choice(request, "termination_reason", TERMINATION_REASONS):
+        where.append("termination_reason = %(reason)s")
+        args["reason"] = reason
+    if (looping := params.boolean(request, "loop_detected")) is not None:
+        where.append("loop_detected = %(looping)s")
+        args["looping"] = looping
+    if (window := params.window(request, default=None)) is not None:
+        where.append("started_at >= %(since)s AND started_at < %(until)s")
+        args.update(since=window.since, until=window.until)
+    if q := params.text(request, "q"):
+        where.append("(id::text LIKE %(q_prefix)s OR agent_name ILIKE %(q_name)s)")
+        escaped = q.lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        args.update(q_prefix=escaped + "%", q_name="%" + escaped + "%")
+    if (cursor := params.decode_cursor(request, 2)) is not None:
+        where.append("(started_at, id) < (%(c_started)s::timestamptz, %(c_id)s::uuid)")
+        args.update(c_started=cursor[0], c_id=cursor[1])
+
+    sql = (
+        f"SELECT {RUN_FIELDS} FROM agent_runs WHERE {' AND '.join(where)} "
+        "ORDER BY started_at DESC, id DESC LIMIT %(limit)s"
+    )
+    async with (
+        request.app[appkeys.POOL].connection() as conn,
+        conn.cursor(row_factory=dict_row) as cur,
+    ):
+        rows = await (await cur.execute(sql, args)).fetchall()
+    next_cursor = None
+    if len(rows) > limit:
+        rows = rows[:limit]
+        next_cursor = params.encode_cursor(rows[-1]["started_at"].isoformat(), rows[-1]["id"])
+    return web.json_response({"data": [_run_json(row) for row in rows], "next_cursor": next_cursor})
+
+
+@routes.get("/v1/projects/{project_id}/agent/runs/{run_id}")
+async def get_run(request: web.Request) -> web.Response:
+    project_id = await _authorized_project(request)
+    run_id = params.run_id_of(request)
+    args = {"project": project_id, "run": run_id, "stall": _stall(request)}
+    async with request.app[appkeys.POOL].connection() as conn:
+        async with conn.cursor(row_factory=dict_row) as cur:
+            row = await (
+                await cur.execute(
+                    f"SELECT {RUN_FIELDS}, input, output, metadata FROM agent_runs "
+                    "WHERE project_id = %(project)s AND id = %(run)s",
+                    args,
+                )
+            ).fetchone()
+        if row is None:
+            raise not_found(f"run {run_id}")
+        loops = await (await conn.execute(LOOPS_SQL, (project_id, run_id))).fetchall()
+        children = await (
+            await conn.execute(
+                "SELECT id FROM agent_runs WHERE project_id = %s AND parent_run_id = %s "
+                "ORDER BY started_at, id",
+                (project_id, run_id),
+            )
+        ).fetchall()
+    run = _run_json(row)
+    run["loop_groups"] = [loop_group(group) for group in loops]
+    run["child_runs"] = [str(child) for (child,) in children]
+    return web.json_response({"data": run})
+
+
+STEPS_SQL = """
+SELECT * FROM (
+    SELECT step_index, step_type, tool_name, tool_input, tool_output, content,
+           input_fingerprint, started_at, duration_ms, error,
+           CASE WHEN input_fingerprint IS NULL THEN 1
+                ELSE count(*) OVER (PARTITION BY input_fingerprint) END AS fingerprint_hits
+    FROM agent_steps WHERE project_id = %(project)s AND run_id = %(run)s
+) steps
+WHERE step_index > %(after)s
+ORDER BY step_index
+LIMIT %(limit)s
+"""
+
+
+@routes.get("/v1/projects/{project_id}/agent/runs/{run_id}/steps")
+async def run_steps(request: web.Request) -> web.Response:
+    project_id = await _authorized_project(request)
+    run_id = params.run_id_of(request)
+    limit = params.integer(request, "limit", 500, 1, 5000)
+    cursor = params.decode_cursor(request, 1)
+    after = int(cursor[0]) if cursor else -1
+    args = {"project": project_id, "run": run_id, "after": after, "limit": limit + 1}
+    async with request.app[appkeys.POOL].connection() as conn:
+        async with conn.cursor(row_factory=dict_row) as cur:
+            rows = await (await cur.execute(STEPS_SQL, args)).fetchall()
+        if not rows and cursor is None:
+            exists = await conn.execute(RUN_EXISTS_SQL, {"p": project_id, "r": run_id})
+            if not (await exists.fetchone())[0]:
+                raise not_found(f"run {run_id}")
+    next_cursor = None
+    if len(rows) > limit:
+        rows = rows[:limit]
+        next_cursor = params.encode_cursor(rows[-1]["step_index"])
+    return web.json_response(
+        {"data": [_step_json(row) for row in rows], "next_cursor": next_cursor}
+    )
+
+
+def _step_json(row: dict[str, Any]) -> dict[str, Any]:
+    fingerprint = row.pop("input_fingerprint")
+    hits = row.pop("fingerprint_hits")
+    row["fingerprint"] = base64.b64encode(fingerprint).decode() if fingerprint else None
+    row["loop_hits"] = hits if hits > 1 else 0
+    row["in_loop"] = hits > 1
+    row["started_at"] = row["started_at"].isoformat()
+    return row
+
+
+@routes.get("/v1/projects/{project_id}/agent/runs/{run_id}/llm")
+async def run_model_calls(request: web.Request) -> web.Response:
+    project_id = await _authorized_project(request)
+    run_id = params.run_id_of(request)
+    async with request.app[appkeys.POOL].connection() as conn:
+        async with conn.cursor(row_factory=dict_row) as cur:
+            rows = await (
+                await cur.execute(
+                    "SELECT id, step_index, provider, model, input_tokens, output_tokens, "
+                    "cache_read_tokens, reasoning_tokens, cost_usd, latency_ms, status, error, "
+                    "started_at FROM ai_traces WHERE project_id = %s AND run_id = %s "
+                    "ORDER BY started_at, id",
+                    (project_id, run_id),
+                )
+            ).fetchall()
+        if not rows:
+            exists = await conn.execute(RUN_EXISTS_SQL, {"p": project_id, "r": run_id})
+            if not (await exists.fetchone())[0]:
+                raise not_found(f"run {run_id}")
+    return web.json_response({"data": [_run_json(row) for row in rows]})

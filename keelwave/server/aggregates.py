@@ -19,6 +19,7 @@ from psycopg import AsyncConnection
 from keelwave.server import appkeys, params
 from keelwave.server.auth import READ
 from keelwave.server.params import Window
+from keelwave.server.responses import json_response
 from keelwave.server.schemas import TERMINATION_REASONS
 from keelwave.server.writes import ROLLUP_COUNTERS
 
@@ -113,7 +114,11 @@ async def window_counters(
 
 def _counters(row: tuple | None) -> dict[str, float]:
     values = row or (None,) * len(ROLLUP_COUNTERS)
-    return {name: (value or 0) for name, value in zip(ROLLUP_COUNTERS, values, strict=True)}
+    # sum() of bigint is numeric in PostgreSQL: back to int (or float for money).
+    return {
+        name: float(value or 0) if name in ("cost_usd", "duration_ms_sum") else int(value or 0)
+        for name, value in zip(ROLLUP_COUNTERS, values, strict=True)
+    }
 
 
 def _rate(part: float, whole: float) -> float | None:
@@ -188,7 +193,7 @@ async def summary(request: web.Request) -> web.Response:
     async with request.app[appkeys.POOL].connection() as conn:
         current = await _summary_of(conn, request, project_id, window)
         previous = await _summary_of(conn, request, project_id, window.previous())
-    return web.json_response({"data": {"current": current, "previous": previous}})
+    return json_response({"data": {"current": current, "previous": previous}})
 
 
 _LAST_RUN = """
@@ -251,7 +256,7 @@ async def health(request: web.Request) -> web.Response:
                 }
             )
     agents.sort(key=lambda agent: (-(agent["loop_rate"] or 0), -agent["runs"], agent["agent_name"]))
-    return web.json_response({"data": agents, **window.as_json()})
+    return json_response({"data": agents, **window.as_json()})
 
 
 @routes.get("/v1/projects/{project_id}/agent/runs/timeseries")
@@ -287,7 +292,7 @@ async def timeseries(request: web.Request) -> web.Response:
             }
         )
         start += size
-    return web.json_response(
+    return json_response(
         {"data": buckets, "bucket_seconds": int(size.total_seconds()), **window.as_json()}
     )
 
@@ -304,7 +309,7 @@ async def terminations(request: web.Request) -> web.Response:
         for reason in TERMINATION_REASONS
     ]
     data.append({"termination_reason": None, "count": totals["runs"] - totals["finished_runs"]})
-    return web.json_response({"data": data, **window.as_json()})
+    return json_response({"data": data, **window.as_json()})
 
 
 _TOOLS = """
@@ -344,4 +349,4 @@ async def tools(request: web.Request) -> web.Response:
         }
         for name, calls, runs, repeated, errors, p50, p95 in rows
     ]
-    return web.json_response({"data": data, **window.as_json()})
+    return json_response({"data": data, **window.as_json()})

@@ -88,5 +88,7 @@ async def _database(app: web.Application) -> AsyncIterator[None]:
 
 
 async def _configure_connection(conn: psycopg.AsyncConnection) -> None:
-    """Every pooled connection gets the rollup staging table that finishes write through."""
+    """Every pooled connection answers times in UTC and has the rollup staging table
+    that finishes write through."""
+    await conn.execute("SET TIME ZONE 'UTC'")
     await conn.execute(writes.STAGING_DDL[-1])

@@ -15,6 +15,8 @@ import psycopg
 import psycopg_pool
 from aiohttp import web
 
+from keelwave.server.responses import json_response
+
 log = logging.getLogger("keelwave.server")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -51,7 +53,7 @@ class ApiError(Exception):
         body: dict[str, str] = {"code": self.code, "message": self.message}
         if self.field is not None:
             body["field"] = self.field
-        return web.json_response({"error": body}, status=self.status, headers=self.headers)
+        return json_response({"error": body}, status=self.status, headers=self.headers)
 
 
 def not_found(what: str) -> ApiError:

@@ -6,6 +6,7 @@ import psycopg
 from aiohttp import web
 
 from keelwave.server import appkeys
+from keelwave.server.responses import json_response
 
 routes = web.RouteTableDef()
 
@@ -13,7 +14,7 @@ routes = web.RouteTableDef()
 @routes.get("/healthz")
 async def healthz(request: web.Request) -> web.Response:
     """The process is up and answering."""
-    return web.json_response({"status": "ok"})
+    return json_response({"status": "ok"})
 
 
 @routes.get("/readyz")
@@ -29,9 +30,9 @@ async def readyz(request: web.Request) -> web.Response:
         ) as conn:
             await conn.execute("SELECT 1")
     except Exception as error:  # any failure to reach the database means "not ready"
-        return web.json_response(
+        return json_response(
             {"status": "unavailable", "reason": f"database unreachable: {type(error).__name__}"},
             status=503,
             headers={"Retry-After": str(request.app[appkeys.SETTINGS].retry_after_seconds)},
         )
-    return web.json_response({"status": "ready"})
+    return json_response({"status": "ready"})

@@ -18,6 +18,7 @@ from keelwave.server.auth import INGEST
 from keelwave.server.errors import ApiError, not_found, unavailable
 from keelwave.server.fingerprint import fingerprint
 from keelwave.server.lifecycle import Finish, finish_run
+from keelwave.server.responses import json_response
 from keelwave.server.schemas import (
     ModelCall,
     RunFinish,
@@ -89,7 +90,7 @@ async def start_run(request: web.Request) -> web.Response:
         run.tags,
     )
     await _write(request, runs=[row])
-    return web.json_response({"data": {"id": str(run_id)}}, status=201)
+    return json_response({"data": {"id": str(run_id)}}, status=201)
 
 
 @routes.post("/v1/ingest/agent/runs/{run_id}/finish")
@@ -112,7 +113,7 @@ async def finish(request: web.Request) -> web.Response:
     )
     if not found:
         raise not_found(f"run {run_id}")
-    return web.json_response(
+    return json_response(
         {"data": {"id": str(run_id), "termination_reason": body.termination_reason}}
     )
 
@@ -154,7 +155,7 @@ async def ingest_steps(request: web.Request) -> web.Response:
             )
         )
     await _write(request, steps=rows)
-    return web.json_response({"data": {"accepted": len(rows)}})
+    return json_response({"data": {"accepted": len(rows)}})
 
 
 @routes.post("/v1/ingest/ai")
@@ -198,7 +199,7 @@ async def ingest_model_calls(request: web.Request) -> web.Response:
             )
         )
     await _write(request, traces=rows)
-    return web.json_response({"data": {"accepted": len(rows), "ids": ids}})
+    return json_response({"data": {"accepted": len(rows), "ids": ids}})
 
 
 def _uuid_or_404(text: str) -> uuid.UUID:

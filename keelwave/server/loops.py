@@ -15,6 +15,7 @@ from keelwave.server import appkeys
 from keelwave.server.auth import ANY, READ
 from keelwave.server.errors import not_found
 from keelwave.server.params import project_of, run_id_of
+from keelwave.server.responses import json_response
 
 routes = web.RouteTableDef()
 
@@ -39,7 +40,7 @@ SELECT EXISTS (SELECT 1 FROM agent_runs WHERE project_id = %(p)s AND id = %(r)s)
 @routes.get("/v1/me")
 async def me(request: web.Request) -> web.Response:
     principal = await request.app[appkeys.KEYSTORE].authenticate(request, ANY)
-    return web.json_response(
+    return json_response(
         {
             "data": {
                 "project_id": principal.project_id,
@@ -62,7 +63,7 @@ async def run_loops(request: web.Request) -> web.Response:
             cursor = await conn.execute(RUN_EXISTS_SQL, {"p": project_id, "r": run_id})
             if not (await cursor.fetchone())[0]:
                 raise not_found(f"run {run_id}")
-    return web.json_response({"data": [loop_group(row) for row in rows]})
+    return json_response({"data": [loop_group(row) for row in rows]})
 
 
 def loop_group(row: tuple) -> dict:

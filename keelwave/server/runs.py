@@ -20,6 +20,7 @@ from keelwave.server import appkeys, params
 from keelwave.server.auth import READ
 from keelwave.server.errors import not_found
 from keelwave.server.loops import LOOPS_SQL, RUN_EXISTS_SQL, loop_group
+from keelwave.server.responses import json_response
 from keelwave.server.schemas import TERMINATION_REASONS
 
 routes = web.RouteTableDef()
@@ -102,7 +103,7 @@ async def list_runs(request: web.Request) -> web.Response:
     if len(rows) > limit:
         rows = rows[:limit]
         next_cursor = params.encode_cursor(rows[-1]["started_at"].isoformat(), rows[-1]["id"])
-    return web.json_response({"data": [_run_json(row) for row in rows], "next_cursor": next_cursor})
+    return json_response({"data": [_run_json(row) for row in rows], "next_cursor": next_cursor})
 
 
 @routes.get("/v1/projects/{project_id}/agent/runs/{run_id}")
@@ -132,7 +133,7 @@ async def get_run(request: web.Request) -> web.Response:
     run = _run_json(row)
     run["loop_groups"] = [loop_group(group) for group in loops]
     run["child_runs"] = [str(child) for (child,) in children]
-    return web.json_response({"data": run})
+    return json_response({"data": run})
 
 
 STEPS_SQL = """
@@ -168,9 +169,7 @@ async def run_steps(request: web.Request) -> web.Response:
     if len(rows) > limit:
         rows = rows[:limit]
         next_cursor = params.encode_cursor(rows[-1]["step_index"])
-    return web.json_response(
-        {"data": [_step_json(row) for row in rows], "next_cursor": next_cursor}
-    )
+    return json_response({"data": [_step_json(row) for row in rows], "next_cursor": next_cursor})
 
 
 def _step_json(row: dict[str, Any]) -> dict[str, Any]:
@@ -202,4 +201,4 @@ async def run_model_calls(request: web.Request) -> web.Response:
             exists = await conn.execute(RUN_EXISTS_SQL, {"p": project_id, "r": run_id})
             if not (await exists.fetchone())[0]:
                 raise not_found(f"run {run_id}")
-    return web.json_response({"data": [_run_json(row) for row in rows]})
+    return json_response({"data": [_run_json(row) for row in rows]})

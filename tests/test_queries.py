@@ -1,0 +1,425 @@
+"""The read API against a data set with known answers, sent through ingest.
+
+Every aggregate is recomputed here in plain Python from the data set's own
+definition and compared with what the API says.
+"""
+
+from __future__ import annotations
+
+import random
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from conftest import Api, Project, make_project
+
+NOW = datetime.now(UTC)
+REASONS = ["clean", "max_steps_reached", "context_limit", "error", "loop_detected", "timeout"]
+
+
+@dataclass
+class Run:
+    id: str
+    agent: str
+    started: datetime
+    reason: str | None  # None: not finished
+    duration_ms: float
+    loop: bool
+    steps: int
+    calls: list[dict] = field(default_factory=list)
+    parent: str | None = None
+
+    @property
+    def input_tokens(self) -> int:
+        return sum(call["input_tokens"] for call in self.calls)
+
+    @property
+    def cost(self) -> float:
+        return sum(call["cost_usd"] for call in self.calls)
+
+
+def make_dataset(seed: int = 7) -> list[Run]:
+    rng = random.Random(seed)
+    runs = []
+    for _ in range(80):
+        started = NOW - timedelta(minutes=rng.randint(1, 60 * 50))  # the last ~2 days
+        finished = rng.random() < 0.85
+        reason = rng.choice(REASONS) if finished else None
+        loop = reason == "loop_detected" or rng.random() < 0.1
+        calls = [
+            {
+                "id": str(uuid.uuid4()),
+                "provider": "openai",
+                "model": "gpt-4o",
+                "input_tokens": rng.randint(100, 5000),
+                "output_tokens": rng.randint(10, 500),
+                "cost_usd": round(rng.random() / 10, 6),
+            }
+            for _ in range(rng.randint(0, 3))
+        ]
+        runs.append(
+            Run(
+                str(uuid.uuid4()),
+                rng.choice(["alpha", "beta", "gamma"]),
+                started,
+                reason,
+                rng.randint(50, 90_000) if finished else 0,
+                loop,
+                rng.randint(0, 6),
+                calls,
+            )
+        )
+    runs[1].parent = runs[0].id
+    return runs
+
+
+async def send(api: Api, project: Project, runs: list[Run]) -> None:
+    auth = project.auth("ingest")
+    for position, run in enumerate(runs):
+        steps = [
+            {
+                "run_id": run.id,
+                "step_index": i,
+                "tool_name": "search" if i % 2 else "fetch",
+                "tool_input": {"n": i % 2},
+                "duration_ms": 10 * i,
+                "error": "boom" if i == 5 else None,
+                "started_at": run.started.isoformat(),
+            }
+            for i in range(1, run.steps + 1)
+        ]
+        calls = [
+            {**call, "run_id": run.id, "started_at": run.started.isoformat()} for call in run.calls
+        ]
+        body = {"id": run.id, "agent_name": run.agent, "started_at": run.started.isoformat()}
+        if run.parent:
+            body["parent_run_id"] = run.parent
+        # Some runs get their steps and model calls before the run itself.
+        early = position % 4 == 0
+        if early and steps:
+            assert (await api.post("/v1/ingest/agent/steps", json=steps, headers=auth))[0] == 200
+        if early and calls:
+            assert (await api.post("/v1/ingest/ai", json=calls, headers=auth))[0] == 200
+        assert (await api.post("/v1/ingest/agent/runs", json=body, headers=auth))[0] == 201
+        if not early and steps:
+            assert (await api.post("/v1/ingest/agent/steps", json=steps, headers=auth))[0] == 200
+        if not early and calls:
+            assert (await api.post("/v1/ingest/ai", json=calls, headers=auth))[0] == 200
+        if run.reason:
+            finish = {
+                "termination_reason": run.reason,
+                "loop_detected": run.loop,
+                "ended_at": (run.started + timedelta(milliseconds=run.duration_ms)).isoformat(),
+            }
+            if position % 5 == 0:  # finished twice, first with something else: the last counts
+                first = {**finish, "termination_reason": "error", "loop_detected": not run.loop}
+                await api.post(f"/v1/ingest/agent/runs/{run.id}/finish", json=first, headers=auth)
+            status, body, _ = await api.post(
+                f"/v1/ingest/agent/runs/{run.id}/finish", json=finish, headers=auth
+            )
+            assert status == 200, body
+        elif run.loop:
+            run.loop = False  # an unfinished run never reported a loop
+
+
+def percentile(values: list[float], fraction: float) -> float | None:
+    """Linear interpolation between closest ranks, as PostgreSQL's percentile_cont."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    position = (len(ordered) - 1) * fraction
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def expected_summary(runs: list[Run], since: datetime, until: datetime) -> dict:
+    inside = [run for run in runs if since <= run.started < until]
+    finished = [run for run in inside if run.reason]
+    count = len(inside)
+    durations = [run.duration_ms for run in finished]
+    return {
+        "runs": count,
+        "loop_runs": sum(run.loop for run in inside),
+        "error_runs": sum(run.reason == "error" for run in inside),
+        "finished_runs": len(finished),
+        "avg_steps": sum(run.steps for run in inside) / count if count else None,
+        "input_tokens": sum(run.input_tokens for run in inside),
+        "cost_usd": sum(run.cost for run in inside),
+        "p50": percentile(durations, 0.5),
+        "p95": percentile(durations, 0.95),
+    }
+
+
+@pytest.fixture(scope="module")
+def dataset() -> list[Run]:
+    return make_dataset()
+
+
+@pytest.fixture
+async def loaded(api: Api, db_url: str, dataset: list[Run]) -> tuple[Api, Project, list[Run]]:
+    project = make_project(db_url)
+    await send(api, project, dataset)
+    return api, project, dataset
+
+
+def approx(value: float | None) -> object:
+    return None if value is None else pytest.approx(value, rel=1e-6, abs=1e-6)
+
+
+@pytest.mark.parametrize("window", ["1h", "6h", "24h", "7d"])
+async def test_summary_matches_the_data(loaded, window: str) -> None:
+    api, project, runs = loaded
+    status, body, _ = await api.get(
+        f"/v1/projects/{project.id}/agent/summary?window={window}", headers=project.auth("read")
+    )
+    assert status == 200, body
+    for part in ("current", "previous"):
+        got = body["data"][part]
+        since, until = datetime.fromisoformat(got["since"]), datetime.fromisoformat(got["until"])
+        want = expected_summary(runs, since, until)
+        assert got["runs"] == want["runs"], part
+        assert got["loop_runs"] == want["loop_runs"]
+        assert got["error_runs"] == want["error_runs"]
+        assert got["finished_runs"] == want["finished_runs"]
+        assert got["loop_rate"] == approx(
+            want["loop_runs"] / want["runs"] if want["runs"] else None
+        )
+        assert got["avg_steps"] == approx(want["avg_steps"])
+        assert got["input_tokens"] == want["input_tokens"]
+        assert got["cost_usd"] == approx(want["cost_usd"])
+        assert got["p50_duration_ms"] == approx(want["p50"])
+        assert got["p95_duration_ms"] == approx(want["p95"])
+
+
+async def test_odd_since_until_edges_are_exact(loaded) -> None:
+    """Windows that start and end inside hours read rollups and raw runs together."""
+    api, project, runs = loaded
+    since = (NOW - timedelta(hours=37, minutes=13)).isoformat()
+    until = (NOW - timedelta(hours=2, minutes=41)).isoformat()
+    status, body, _ = await api.get(
+        f"/v1/projects/{project.id}/agent/runs/terminations",
+        params={"since": since, "until": until},
+        headers=project.auth("read"),
+    )
+    assert status == 200, body
+    inside = [
+        run
+        for run in runs
+        if datetime.fromisoformat(since) <= run.started < datetime.fromisoformat(until)
+    ]
+    counts = {row["termination_reason"]: row["count"] for row in body["data"]}
+    assert set(counts) == {*REASONS, None}
+    for reason in REASONS:
+        assert counts[reason] == sum(run.reason == reason for run in inside), reason
+    assert counts[None] == sum(run.reason is None for run in inside)
+
+
+async def test_health_per_agent(loaded) -> None:
+    api, project, runs = loaded
+    status, body, _ = await api.get(
+        f"/v1/projects/{project.id}/agent/health?window=7d", headers=project.auth("read")
+    )
+    assert status == 200
+    rates = [row["loop_rate"] for row in body["data"]]
+    assert rates == sorted(rates, reverse=True)
+    for row in body["data"]:
+        mine = [run for run in runs if run.agent == row["agent_name"]]
+        assert row["runs"] == len(mine)
+        assert row["loop_runs"] == sum(run.loop for run in mine)
+        assert row["cost_usd"] == approx(sum(run.cost for run in mine))
+        durations = [run.duration_ms for run in mine if run.reason]
+        assert row["p95_duration_ms"] == approx(percentile(durations, 0.95))
+        assert row["last_run_at"] == max(run.started for run in mine).isoformat()
+    assert {row["agent_name"] for row in body["data"]} == {run.agent for run in runs}
+
+
+@pytest.mark.parametrize(("window", "bucket"), [("24h", "1h"), ("7d", "6h"), ("6h", "15m")])
+async def test_timeseries_buckets_add_up(loaded, window: str, bucket: str) -> None:
+    api, project, runs = loaded
+    status, body, _ = await api.get(
+        f"/v1/projects/{project.id}/agent/runs/timeseries?window={window}&bucket={bucket}",
+        headers=project.auth("read"),
+    )
+    assert status == 200, body
+    since, until = datetime.fromisoformat(body["since"]), datetime.fromisoformat(body["until"])
+    size = timedelta(seconds=body["bucket_seconds"])
+    starts = [datetime.fromisoformat(point["start"]) for point in body["data"]]
+    gaps = {later - earlier for earlier, later in zip(starts, starts[1:], strict=False)}
+    assert gaps <= {size}
+    assert starts[0] <= since < starts[0] + size and starts[-1] < until <= starts[-1] + size
+    for point, start in zip(body["data"], starts, strict=True):
+        inside = [
+            run for run in runs if max(since, start) <= run.started < min(until, start + size)
+        ]
+        assert point["runs"] == len(inside), point
+        assert point["loop_runs"] == sum(run.loop for run in inside)
+        assert point["error_runs"] == sum(run.reason == "error" for run in inside)
+        assert point["input_tokens"] == sum(run.input_tokens for run in inside)
+
+
+async def test_tools(loaded) -> None:
+    api, project, runs = loaded
+    status, body, _ = await api.get(
+        f"/v1/projects/{project.id}/agent/tools?window=7d", headers=project.auth("read")
+    )
+    assert status == 200
+    tools = {row["tool_name"]: row for row in body["data"]}
+    for name, parity in (("search", 1), ("fetch", 0)):
+        indices = [(run.id, i) for run in runs for i in range(1, run.steps + 1) if i % 2 == parity]
+        assert tools[name]["calls"] == len(indices)
+        # search always gets {"n": 1}, fetch {"n": 0}: every call after a run's first repeats
+        distinct = {(run_id, i % 2) for run_id, i in indices}
+        assert tools[name]["repeated_calls"] == len(indices) - len(distinct)
+        assert tools[name]["error_calls"] == sum(1 for _, i in indices if i == 5)
+
+
+async def test_runs_list_filters_and_pagination(loaded) -> None:
+    api, project, runs = loaded
+    path = f"/v1/projects/{project.id}/agent/runs"
+    seen: list[str] = []
+    cursor = None
+    while True:
+        query = {"limit": "7", **({"cursor": cursor} if cursor else {})}
+        status, body, _ = await api.get(path, params=query, headers=project.auth("read"))
+        assert status == 200, body
+        seen += [run["id"] for run in body["data"]]
+        cursor = body["next_cursor"]
+        if cursor is None:
+            break
+    newest_first = sorted(runs, key=lambda run: (run.started, run.id), reverse=True)
+    assert seen == [run.id for run in newest_first]
+
+    for query, want in (
+        ({"agent_name": "beta"}, [r for r in runs if r.agent == "beta"]),
+        ({"loop_detected": "true"}, [r for r in runs if r.loop]),
+        ({"termination_reason": "error"}, [r for r in runs if r.reason == "error"]),
+        ({"status": "finished"}, [r for r in runs if r.reason]),
+        ({"status": "running"}, [r for r in runs if not r.reason]),
+        ({"window": "24h"}, [r for r in runs if r.started >= NOW - timedelta(hours=24)]),
+        ({"q": runs[3].id[:8]}, [r for r in runs if r.id.startswith(runs[3].id[:8])]),
+    ):
+        status, body, _ = await api.get(
+            path, params={**query, "limit": "500"}, headers=project.auth("read")
+        )
+        assert status == 200, (query, body)
+        assert {run["id"] for run in body["data"]} == {run.id for run in want}, query
+
+
+async def test_pagination_is_stable_while_runs_arrive(loaded) -> None:
+    api, project, runs = loaded
+    path = f"/v1/projects/{project.id}/agent/runs"
+    status, body, _ = await api.get(path, params={"limit": "10"}, headers=project.auth("read"))
+    first = [run["id"] for run in body["data"]]
+    for _ in range(5):  # newer runs arrive between pages
+        await api.post(
+            "/v1/ingest/agent/runs", json={"agent_name": "late"}, headers=project.auth("ingest")
+        )
+    status, body, _ = await api.get(
+        path, params={"limit": "10", "cursor": body["next_cursor"]}, headers=project.auth("read")
+    )
+    newest_first = sorted(runs, key=lambda run: (run.started, run.id), reverse=True)
+    assert first + [run["id"] for run in body["data"]] == [run.id for run in newest_first[:20]]
+
+
+async def test_run_detail_steps_and_calls(loaded) -> None:
+    api, project, runs = loaded
+    parent, child = runs[0], runs[1]
+    status, body, _ = await api.get(
+        f"/v1/projects/{project.id}/agent/runs/{parent.id}", headers=project.auth("read")
+    )
+    assert status == 200
+    run = body["data"]
+    assert run["child_runs"] == [child.id]
+    assert run["step_count"] == parent.steps and run["llm_calls"] == len(parent.calls)
+    assert run["input_tokens"] == parent.input_tokens
+    assert run["cost_usd"] == approx(parent.cost)
+    assert run["status"] == ("finished" if parent.reason else "running")
+    for key in (
+        "id",
+        "agent_name",
+        "parent_run_id",
+        "started_at",
+        "ended_at",
+        "duration_ms",
+        "termination_reason",
+        "loop_detected",
+        "loop_step_index",
+        "output_tokens",
+        "error",
+        "input",
+        "output",
+        "metadata",
+        "tags",
+        "loop_groups",
+    ):
+        assert key in run, key
+    status, body, _ = await api.get(
+        f"/v1/projects/{project.id}/agent/runs/{child.id}", headers=project.auth("read")
+    )
+    assert body["data"]["parent_run_id"] == parent.id
+
+    long_run = max(runs, key=lambda run: run.steps)
+    steps_path = f"/v1/projects/{project.id}/agent/runs/{long_run.id}/steps"
+    status, body, _ = await api.get(steps_path, params={"limit": "2"}, headers=project.auth())
+    assert [step["step_index"] for step in body["data"]] == [1, 2]
+    collected = body["data"]
+    while body["next_cursor"]:
+        status, body, _ = await api.get(
+            steps_path, params={"limit": "2", "cursor": body["next_cursor"]}, headers=project.auth()
+        )
+        collected += body["data"]
+    assert [step["step_index"] for step in collected] == list(range(1, long_run.steps + 1))
+    # search {"n": 1} at steps 1, 3, 5 and fetch {"n": 0} at 2, 4, 6: both loop
+    by_index = {step["step_index"]: step for step in collected}
+    assert all(step["fingerprint"] for step in collected)
+    assert by_index[1]["in_loop"] is True and by_index[1]["loop_hits"] == len(range(1, 7, 2))
+    assert by_index[2]["fingerprint"] != by_index[1]["fingerprint"]
+
+    status, body, _ = await api.get(
+        f"/v1/projects/{project.id}/agent/runs/{parent.id}/llm", headers=project.auth()
+    )
+    assert sorted(call["id"] for call in body["data"]) == sorted(c["id"] for c in parent.calls)
+
+
+async def test_query_errors(api: Api, project: Project) -> None:
+    base = f"/v1/projects/{project.id}/agent"
+    for path, name in (
+        (f"{base}/summary?window=forever", "window"),
+        (f"{base}/runs?limit=0", "limit"),
+        (f"{base}/runs?limit=501", "limit"),
+        (f"{base}/runs?status=sleeping", "status"),
+        (f"{base}/runs?loop_detected=maybe", "loop_detected"),
+        (f"{base}/runs?termination_reason=done", "termination_reason"),
+        (f"{base}/runs?cursor=garbage", "cursor"),
+        (f"{base}/runs?since=yesterday", "since"),
+        (f"{base}/runs/timeseries?window=30d&bucket=1m", "bucket"),
+        (f"{base}/summary?window=1h&since=2026-01-01T00:00:00Z", "window"),
+    ):
+        status, body, _ = await api.get(path, headers=project.auth("read"))
+        assert (status, body["error"]["field"]) == (422, name), path
+    for path in (
+        f"{base}/runs/{uuid.uuid4()}",
+        f"{base}/runs/{uuid.uuid4()}/steps",
+        f"{base}/runs/{uuid.uuid4()}/llm",
+        f"{base}/runs/nope",
+        f"/v1/projects/{uuid.uuid4()}/agent/summary",
+    ):
+        status, body, _ = await api.get(path, headers=project.auth("read"))
+        assert status == 404, path
+    status, _, _ = await api.get(f"{base}/summary", headers=project.auth("ingest"))
+    assert status == 403
+
+
+async def test_empty_project_answers_zeroes(api: Api, project: Project) -> None:
+    base = f"/v1/projects/{project.id}/agent"
+    status, body, _ = await api.get(f"{base}/summary", headers=project.auth())
+    assert status == 200
+    assert body["data"]["current"]["runs"] == 0 and body["data"]["current"]["loop_rate"] is None
+    status, body, _ = await api.get(f"{base}/runs", headers=project.auth())
+    assert body == {"data": [], "next_cursor": None}
+    status, body, _ = await api.get(
+        f"{base}/runs/timeseries?window=1h&bucket=5m", headers=project.auth()
+    )
+    assert all(point["runs"] == 0 for point in body["data"]) and len(body["data"]) in (12, 13)

@@ -14,7 +14,7 @@ import psycopg
 from aiohttp import web
 from psycopg_pool import AsyncConnectionPool
 
-from keelwave.server import aggregates, appkeys, health, ingest, loops, runs, writes
+from keelwave.server import aggregates, appkeys, health, ingest, loops, openapi, runs, writes
 from keelwave.server.auth import KeyStore
 from keelwave.server.errors import error_middleware
 from keelwave.server.lifecycle import Reaper
@@ -40,6 +40,7 @@ def create_app(
     app.add_routes(health.routes)
     app.add_routes(ingest.routes)
     app.add_routes(loops.routes)
+    app.add_routes(openapi.routes)
     # Before runs: /runs/timeseries and /runs/terminations must not match /runs/{run_id}.
     app.add_routes(aggregates.routes)
     app.add_routes(runs.routes)

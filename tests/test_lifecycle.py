@@ -1,0 +1,162 @@
+"""Stalls, the reaper, and prices: how runs end and what they cost."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from pathlib import Path
+
+import aiohttp
+import pytest
+from conftest import Api, Project, make_settings, query
+
+from keelwave.server.app import create_app
+from keelwave.server.pricing import PriceTable, PriceTableError
+
+
+@pytest.fixture
+async def quick_api(db_url: str, aiohttp_server):
+    """A server that calls runs stalled after 1 s of silence and times them out after 2 s."""
+    settings = make_settings(stall_after_seconds=1, timeout_after_seconds=2)
+    server = await aiohttp_server(create_app(settings, db_url))
+    async with aiohttp.ClientSession() as session:
+        yield Api(str(server.make_url("")).rstrip("/"), session)
+
+
+async def run_status(api: Api, project: Project, run_id: str) -> dict:
+    status, body, _ = await api.get(
+        f"/v1/projects/{project.id}/agent/runs/{run_id}", headers=project.auth()
+    )
+    assert status == 200, body
+    return body["data"]
+
+
+async def test_silent_runs_stall_then_time_out(quick_api: Api, project: Project, db_url) -> None:
+    api = quick_api
+    _, body, _ = await api.post(
+        "/v1/ingest/agent/runs", json={"agent_name": "sleepy"}, headers=project.auth()
+    )
+    run_id = body["data"]["id"]
+    await api.post(
+        "/v1/ingest/agent/steps",
+        headers=project.auth(),
+        json={"run_id": run_id, "step_index": 1, "tool_name": "wait"},
+    )
+    assert (await run_status(api, project, run_id))["status"] == "running"
+
+    for _ in range(60):  # stalled after 1 s without activity
+        run = await run_status(api, project, run_id)
+        if run["status"] != "running":
+            break
+        await asyncio.sleep(0.1)
+    assert run["status"] == "stalled"
+    status, body, _ = await api.get(
+        f"/v1/projects/{project.id}/agent/runs?status=stalled", headers=project.auth()
+    )
+    assert [r["id"] for r in body["data"]] == [run_id]
+    _, body, _ = await api.get(f"/v1/projects/{project.id}/agent/summary", headers=project.auth())
+    assert body["data"]["current"]["stalled_runs"] in (0, 1)  # 0 if already timed out
+
+    for _ in range(100):  # the reaper finishes it with timeout after 2 s
+        run = await run_status(api, project, run_id)
+        if run["status"] == "finished":
+            break
+        await asyncio.sleep(0.1)
+    assert run["termination_reason"] == "timeout"
+    assert run["ended_at"] == run["last_activity_at"]  # it ended when it went silent
+    _, body, _ = await api.get(
+        f"/v1/projects/{project.id}/agent/runs/terminations", headers=project.auth()
+    )
+    counts = {row["termination_reason"]: row["count"] for row in body["data"]}
+    assert counts["timeout"] == 1 and counts[None] == 0
+    [(finished,)] = query(
+        db_url, "SELECT finished_runs FROM agent_run_rollups WHERE project_id = %s", (project.id,)
+    )
+    assert finished == 1
+
+
+async def test_activity_keeps_a_run_alive(quick_api: Api, project: Project) -> None:
+    api = quick_api
+    _, body, _ = await api.post(
+        "/v1/ingest/agent/runs", json={"agent_name": "busy"}, headers=project.auth()
+    )
+    run_id = body["data"]["id"]
+    for index in range(1, 12):  # a step every 0.3 s for 3.3 s: never silent for 1 s
+        await api.post(
+            "/v1/ingest/agent/steps",
+            headers=project.auth(),
+            json={
+                "run_id": run_id,
+                "step_index": index,
+                "tool_name": "t",
+                "tool_input": {"i": index},
+            },
+        )
+        assert (await run_status(api, project, run_id))["status"] == "running"
+        await asyncio.sleep(0.3)
+
+
+async def test_model_calls_are_priced_and_summed_on_the_run(api: Api, project: Project) -> None:
+    run_id = str(uuid.uuid4())
+    await api.post(
+        "/v1/ingest/agent/runs", json={"id": run_id, "agent_name": "a"}, headers=project.auth()
+    )
+    calls = [
+        # gpt-4o-mini: 0.15 in, 0.075 cached, 0.6 out per million
+        {
+            "run_id": run_id,
+            "provider": "openai",
+            "model": "gpt-4o-mini-2024-07-18",
+            "input_tokens": 1_000_000,
+            "cache_read_tokens": 400_000,
+            "output_tokens": 100_000,
+        },
+        {
+            "run_id": run_id,
+            "provider": "anthropic",
+            "model": "claude-sonnet-4-5-20250929",
+            "input_tokens": 10_000,
+            "output_tokens": 2_000,
+            "reasoning_tokens": 500,
+        },
+        {"run_id": run_id, "provider": "acme", "model": "mystery-1", "input_tokens": 5},
+        {"run_id": run_id, "provider": "openai", "model": "gpt-4o", "cost_usd": 1.5},
+    ]
+    status, body, _ = await api.post("/v1/ingest/ai", json=calls, headers=project.auth())
+    assert status == 200
+    _, body, _ = await api.get(
+        f"/v1/projects/{project.id}/agent/runs/{run_id}/llm", headers=project.auth()
+    )
+    costs = {call["model"]: call["cost_usd"] for call in body["data"]}
+    assert costs["gpt-4o-mini-2024-07-18"] == pytest.approx(0.6 * 0.15 + 0.4 * 0.075 + 0.1 * 0.6)
+    assert costs["claude-sonnet-4-5-20250929"] == pytest.approx(0.01 * 3 + 0.002 * 15)
+    assert costs["mystery-1"] is None  # unknown models are not guessed
+    assert costs["gpt-4o"] == 1.5  # what the client says wins
+    run = await run_status(api, project, run_id)
+    assert run["llm_calls"] == 4
+    assert run["cost_usd"] == pytest.approx(sum(c for c in costs.values() if c))
+    assert run["input_tokens"] == 1_010_005
+
+
+def test_price_file_extends_and_overrides(tmp_path: Path) -> None:
+    path = tmp_path / "prices.json"
+    path.write_text(
+        json.dumps(
+            {
+                "models": {
+                    "gpt-4o": {"input": 1, "output": 2},
+                    "my-model": {"input": 10, "output": 20, "cached_input": 1, "reasoning": 40},
+                }
+            }
+        )
+    )
+    table = PriceTable.load(path)
+    assert table.cost("gpt-4o", 1_000_000, 1_000_000) == 3
+    assert table.cost("my-model-v2", 1_000_000, 1_000_000, 500_000, 250_000) == pytest.approx(
+        0.5 * 10 + 0.5 * 1 + 20 + 0.25 * 20
+    )
+    assert table.cost("gpt-4o-mini", 1_000_000, 0) == pytest.approx(0.15)  # still shipped
+    path.write_text('{"models": {"x": {"input": "cheap"}}}')
+    with pytest.raises(PriceTableError, match="'input' and 'output'"):
+        PriceTable.load(path)

@@ -127,7 +127,9 @@ def upgrade() -> None:
     )
     # Serves /loops, the step timeline and the writer's duplicate check.
     op.execute("CREATE INDEX agent_steps_run_idx ON agent_steps (project_id, run_id, step_index)")
-    op.execute("CREATE INDEX agent_steps_recent_idx ON agent_steps (project_id, started_at DESC)")
+    # By time alone: an index led by project_id would compete with agent_steps_run_idx
+    # for the writer's duplicate checks, and win while the table has no statistics.
+    op.execute("CREATE INDEX agent_steps_recent_idx ON agent_steps (started_at DESC)")
 
     op.execute(
         """
@@ -155,7 +157,7 @@ def upgrade() -> None:
     op.execute(
         "CREATE INDEX ai_traces_run_idx ON ai_traces (project_id, run_id) WHERE run_id IS NOT NULL"
     )
-    op.execute("CREATE INDEX ai_traces_recent_idx ON ai_traces (project_id, started_at DESC)")
+    op.execute("CREATE INDEX ai_traces_recent_idx ON ai_traces (started_at DESC)")
 
     if timescaledb_enabled():
         for table, time_column, segment_by, order_by in HYPERTABLES:

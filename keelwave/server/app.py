@@ -92,4 +92,6 @@ async def _configure_connection(conn: psycopg.AsyncConnection) -> None:
     """Every pooled connection answers times in UTC and has the rollup staging table
     that finishes write through."""
     await conn.execute("SET TIME ZONE 'UTC'")
+    # Requests are short queries; JIT compilation would cost more than it saves.
+    await conn.execute("SET jit = off")
     await conn.execute(writes.STAGING_DDL[-1])

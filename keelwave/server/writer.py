@@ -45,6 +45,14 @@ STAGES = (
 )
 
 
+ANALYZE_AT_ROWS = (1_000, 10_000, 100_000)
+TABLE_OF_STAGE = {
+    "kw_stage_runs": "agent_runs",
+    "kw_stage_steps": "agent_steps",
+    "kw_stage_traces": "ai_traces",
+}
+
+
 class DatabaseUnavailable(Exception):
     """The batch could not be written because the database is unreachable."""
 
@@ -84,6 +92,7 @@ class IngestWriter:
         self._closing = False
         self._task: asyncio.Task | None = None
         self._conn: psycopg.AsyncConnection | None = None
+        self._rows_written = [0, 0, 0]  # per stage: runs, steps, model calls
 
     @property
     def waiting_rows(self) -> int:
@@ -165,6 +174,7 @@ class IngestWriter:
             _settle(batch, error)
         else:
             _settle(batch, None)
+            await self._analyze_young_tables(batch)
 
     async def _commit(self, batch: list[Submission]) -> None:
         conn = await self._connection()
@@ -180,16 +190,44 @@ class IngestWriter:
                 await cur.execute(statement)
             await cur.execute(writes.MERGE_ROLLUPS)
 
+    async def _analyze_young_tables(self, batch: list[Submission]) -> None:
+        """Give the planner statistics early in a table's life.
+
+        Until autovacuum first analyses it (a minute or more), a young table
+        has no statistics, and the planner may probe the wrong index for the
+        duplicate checks: one that filters by project only, reading every row
+        of the project per staged row. An explicit ANALYZE of a table when
+        this process has written 1k, 10k and 100k rows to it closes that gap.
+        """
+        young = []
+        for position, stage, _, _ in STAGES:
+            before = self._rows_written[position]
+            after = before + sum(len(submission.rows[position]) for submission in batch)
+            self._rows_written[position] = after
+            if any(before < mark <= after for mark in ANALYZE_AT_ROWS):
+                young.append(TABLE_OF_STAGE[stage])
+        if not young:
+            return
+        try:
+            conn = await self._connection()
+            await conn.execute(f"ANALYZE {', '.join(young)}")
+        except psycopg.Error as error:
+            log.debug("analyze skipped: %s", error)
+
     async def _connection(self) -> psycopg.AsyncConnection:
         if self._conn is None or self._conn.closed:
             conn = await psycopg.AsyncConnection.connect(
                 self._conninfo, autocommit=True, connect_timeout=self._connect_timeout
             )
-            # The staging tables are never analysed, so the planner guesses their
-            # size and may pick a hash anti-join that reads the whole target
-            # table on every flush. The duplicate check must be index probes.
-            await conn.execute("SET enable_hashjoin = off")
-            await conn.execute("SET enable_mergejoin = off")
+            # Every lookup this connection makes is a handful of index probes per
+            # staged row (duplicate checks, run counters). The planner cannot know
+            # that: staging tables are never analysed, and a young agent_steps looks
+            # empty until autovacuum analyses it, so it may pick hash joins or
+            # sequential scans that read a whole table on every flush.
+            # (Switching plans off inflates their cost estimates; jit must go too, or
+            # those inflated costs make every statement pay for JIT compilation.)
+            for setting in ("enable_hashjoin", "enable_mergejoin", "enable_seqscan", "jit"):
+                await conn.execute(f"SET {setting} = off")
             for statement in writes.STAGING_DDL:
                 # Session-local, emptied at every commit; never touches the WAL.
                 await conn.execute(statement)

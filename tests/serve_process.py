@@ -6,6 +6,7 @@ import os
 import queue
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -14,6 +15,12 @@ from pathlib import Path
 
 LISTENING = re.compile(r"keelwave listening on (http://\S+)")
 KEY = re.compile(r"\b(kw_[A-Za-z0-9_-]{40,})\b")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def keelwave(
@@ -30,10 +37,13 @@ def keelwave(
 
 
 class ServeProcess:
-    def __init__(self, *args: str, env: dict | None = None, log: Path | None = None) -> None:
+    def __init__(
+        self, *args: str, env: dict | None = None, log: Path | None = None, port: int | None = 0
+    ) -> None:
         self.stderr_path = log
+        port_args = ["--port", str(port)] if port is not None else []
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "keelwave.cli", "serve", "--port", "0", *args],
+            [sys.executable, "-m", "keelwave.cli", "serve", *port_args, *args],
             stdout=subprocess.PIPE,
             stderr=open(log, "w") if log else subprocess.DEVNULL,  # noqa: SIM115
             text=True,

@@ -1,27 +1,328 @@
-"""The SDK client. So far it holds its configuration; runs, steps and the
-background transport come with the Python SDK issue (#4)."""
+"""The SDK's entry point: ``Keelwave``, its decorators and the run context manager.
+
+Everything here runs in the agent's thread and is kept cheap: a step costs a
+few microseconds of bookkeeping (binding arguments, canonical JSON, a hash)
+and a queue append; the network is the transport thread's business.
+"""
 
 from __future__ import annotations
 
+import atexit
+import contextvars
+import functools
+import inspect
+import logging
 import os
-from contextvars import ContextVar
-from typing import Any
+import time
+import weakref
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from keelwave.sdk.canonical import canonical_json, fingerprint
+from keelwave.sdk.errors import AgentStopped
+from keelwave.sdk.run import Run, _now
+from keelwave.sdk.transport import Event, Transport
+
+log = logging.getLogger("keelwave")
 
 DEFAULT_ENDPOINT = "http://localhost:8080"
+F = TypeVar("F", bound=Callable[..., Any])
 
-_current_run: ContextVar[Any] = ContextVar("keelwave_current_run", default=None)
+_current_run: contextvars.ContextVar[Run | None] = contextvars.ContextVar(
+    "keelwave_current_run", default=None
+)
+
+
+def get_current_run() -> Run | None:
+    """The run the calling code is inside of, or None.
+
+    Each thread and each asyncio task sees its own (contextvars); a task
+    started inside a run sees that run.
+    """
+    return _current_run.get()
 
 
 class Keelwave:
-    """Connection settings for sending agent runs to a keelwave server."""
+    """Sends an agent's runs, steps and model calls to a keelwave server.
 
-    def __init__(self, api_key: str | None = None, endpoint: str | None = None) -> None:
+    ``api_key`` and ``endpoint`` default to ``KEELWAVE_API_KEY`` and
+    ``KEELWAVE_ENDPOINT`` (else http://localhost:8080). Without a key the
+    client does nothing at all (and says so once in the log): decorated
+    functions run as if undecorated, and runs still have ids.
+    """
+
+    def __init__(
+        self,
+        api_key: str | None = None,
+        endpoint: str | None = None,
+        *,
+        max_queue: int = 100_000,
+        flush_at_exit: bool = True,
+    ) -> None:
         self.api_key = api_key if api_key is not None else os.environ.get("KEELWAVE_API_KEY")
         self.endpoint = (
             endpoint or os.environ.get("KEELWAVE_ENDPOINT") or DEFAULT_ENDPOINT
         ).rstrip("/")
+        self._transport: Transport | None = None
+        if not self.api_key:
+            log.warning("keelwave: no API key (set KEELWAVE_API_KEY); nothing will be recorded")
+        else:
+            try:
+                self._transport = Transport(self.endpoint, self.api_key, max_queue=max_queue)
+            except ValueError as error:
+                log.warning("keelwave: %s; nothing will be recorded", error)
+        if self._transport is not None and flush_at_exit:
+            # A weak reference: registering the client must not keep it alive.
+            atexit.register(_close_at_exit, weakref.ref(self))
+
+    @property
+    def enabled(self) -> bool:
+        return self._transport is not None
+
+    def _send(self, event: Event) -> None:
+        if self._transport is not None:
+            self._transport.send(event)
+
+    def flush(self, timeout: float = 10.0) -> bool:
+        """Block until everything recorded so far is sent; False if ``timeout`` passed first."""
+        return self._transport.flush(timeout) if self._transport else True
+
+    def shutdown(self, timeout: float = 10.0) -> None:
+        """Send what is queued (up to ``timeout``) and stop the background sender."""
+        if self._transport is not None:
+            self._transport.close(timeout)
+
+    # -- runs --------------------------------------------------------------
+
+    def run(
+        self,
+        name: str,
+        *,
+        input: Any = None,
+        metadata: dict[str, Any] | None = None,
+        tags: list[str] | None = None,
+        max_steps: int | None = None,
+        stop_on_loop: bool = False,
+        run_id: str | None = None,
+    ) -> RunScope:
+        """A run as a context manager (``with`` or ``async with``).
+
+        It finishes ``clean`` when the block ends, ``error`` when an exception
+        escapes (re-raised unchanged), or with the guard's reason when a guard
+        stopped it. Inside another run it becomes that run's child.
+        """
+        return RunScope(self, name, dict(input=input, metadata=metadata, tags=tags,
+                        max_steps=max_steps, stop_on_loop=stop_on_loop, run_id=run_id))  # fmt: skip
+
+    def agent(
+        self,
+        name: str | None = None,
+        *,
+        max_steps: int | None = None,
+        stop_on_loop: bool = False,
+        tags: list[str] | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> Callable[[F], F]:
+        """Decorate an agent function: each call is a run (sync or async)."""
+
+        def decorate(func: F) -> F:
+            run_name = name or func.__name__
+            binder = _Binder(func)
+            options = dict(metadata=metadata, tags=tags, max_steps=max_steps,
+                           stop_on_loop=stop_on_loop)  # fmt: skip
+
+            if inspect.iscoroutinefunction(func):
+
+                @functools.wraps(func)
+                async def async_agent(*args: Any, **kwargs: Any) -> Any:
+                    scope = RunScope(self, run_name, {**options, "input": binder(args, kwargs)})
+                    async with scope:
+                        result = await func(*args, **kwargs)
+                        scope.output = result
+                        return result
+
+                return async_agent  # type: ignore[return-value]
+
+            @functools.wraps(func)
+            def sync_agent(*args: Any, **kwargs: Any) -> Any:
+                scope = RunScope(self, run_name, {**options, "input": binder(args, kwargs)})
+                with scope:
+                    result = func(*args, **kwargs)
+                    scope.output = result
+                    return result
+
+            return sync_agent  # type: ignore[return-value]
+
+        return decorate
+
+    # -- steps -------------------------------------------------------------
+
+    def observe(self, name: str | None = None, *, step_type: str = "tool_call") -> Callable[[F], F]:
+        """Decorate a tool (sync or async): each call inside a run is a step.
+
+        The tool's name is ``tool_name``, its arguments (bound to parameter
+        names, defaults included, ``self``/``cls`` left out) are ``tool_input``,
+        its return value ``tool_output``. For ``tool_call`` steps the
+        fingerprint check runs, so a repeated call with the same input flags
+        the run as looping. Outside a run the function is simply called.
+        """
+
+        def decorate(func: F) -> F:
+            tool_name = name or func.__name__
+            binder = _Binder(func)
+            fingerprinted = step_type == "tool_call"
+
+            if inspect.iscoroutinefunction(func):
+
+                @functools.wraps(func)
+                async def async_tool(*args: Any, **kwargs: Any) -> Any:
+                    run = _current_run.get()
+                    if run is None or self._transport is None:
+                        return await func(*args, **kwargs)
+                    step = _Step(run, tool_name, step_type, binder(args, kwargs))
+                    try:
+                        result = await func(*args, **kwargs)
+                    except BaseException as error:
+                        step.done(None, error, fingerprinted)
+                        raise
+                    step.done(result, None, fingerprinted)
+                    return result
+
+                return async_tool  # type: ignore[return-value]
+
+            @functools.wraps(func)
+            def sync_tool(*args: Any, **kwargs: Any) -> Any:
+                run = _current_run.get()
+                if run is None or self._transport is None:
+                    return func(*args, **kwargs)
+                step = _Step(run, tool_name, step_type, binder(args, kwargs))
+                try:
+                    result = func(*args, **kwargs)
+                except BaseException as error:
+                    step.done(None, error, fingerprinted)
+                    raise
+                step.done(result, None, fingerprinted)
+                return result
+
+            return sync_tool  # type: ignore[return-value]
+
+        return decorate
+
+    # -- provider adapters ---------------------------------------------------
+
+    def wrap_openai(self, client: Any) -> Any:
+        """Record every chat/responses call of an OpenAI client (sync or async)."""
+        from keelwave.sdk.adapters.openai import wrap_openai
+
+        return wrap_openai(self, client)
+
+    def wrap_anthropic(self, client: Any) -> Any:
+        """Record every messages call of an Anthropic client (sync or async)."""
+        from keelwave.sdk.adapters.anthropic import wrap_anthropic
+
+        return wrap_anthropic(self, client)
 
 
-def get_current_run() -> Any:
-    """The run the calling code is inside of, or None."""
-    return _current_run.get()
+class _Step:
+    """One observed call in progress: index taken, input hashed, clock running."""
+
+    __slots__ = ("run", "name", "step_type", "index", "input_json", "started", "started_at")
+
+    def __init__(self, run: Run, name: str, step_type: str, arguments: dict[str, Any]) -> None:
+        self.run = run
+        self.name = name
+        self.step_type = step_type
+        self.index = run.next_step_index()  # may raise MaxStepsExceeded: the tool never runs
+        self.input_json = canonical_json(arguments)
+        self.started_at = _now()
+        self.started = time.perf_counter()
+
+    def done(self, result: Any, error: BaseException | None, fingerprinted: bool) -> None:
+        duration_ms = (time.perf_counter() - self.started) * 1000
+        output_json = None if error is not None else canonical_json(result)
+        if self.step_type in ("think", "replan"):
+            content = None if result is None else str(result)
+            self.run._send_step(self.index, self.step_type, None, None, None, content,
+                                duration_ms, error, self.started_at)  # fmt: skip
+            return
+        self.run._send_step(self.index, self.step_type, self.name, self.input_json, output_json,
+                            None, duration_ms, error, self.started_at)  # fmt: skip
+        if fingerprinted and error is None:
+            # Raises LoopDetected when the run has stop_on_loop and this call repeats one.
+            self.run._check(fingerprint(self.name, self.input_json), self.index)
+
+
+class RunScope:
+    """``with client.run(...) as run`` / ``async with``; what @client.agent uses."""
+
+    def __init__(self, client: Keelwave, name: str, options: dict[str, Any]) -> None:
+        self._client = client
+        self._name = name
+        self._options = options
+        self._token: contextvars.Token | None = None
+        self.run: Run | None = None
+        self.output: Any = None
+
+    def __enter__(self) -> Run:
+        self.run = Run(self._client, self._name, parent=_current_run.get(), **self._options)
+        self._token = _current_run.set(self.run)
+        return self.run
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
+        assert self.run is not None and self._token is not None
+        _current_run.reset(self._token)
+        if exc is None:
+            self.run.finish("clean", output=self.output)
+        elif isinstance(exc, AgentStopped):
+            self.run.finish(exc.termination_reason, error=exc)
+        elif isinstance(exc, Exception):
+            self.run.finish("error", error=exc)
+        else:  # KeyboardInterrupt, SystemExit, cancellation: the run did end badly
+            self.run.finish("error", error=exc)
+        return False  # never swallow the agent's exception
+
+    async def __aenter__(self) -> Run:
+        return self.__enter__()
+
+    async def __aexit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
+        return self.__exit__(exc_type, exc, tb)
+
+
+class _Binder:
+    """Turns a call's arguments into ``{parameter: value}``, fast for plain signatures."""
+
+    def __init__(self, func: Callable[..., Any]) -> None:
+        try:
+            self._signature: inspect.Signature | None = inspect.signature(func)
+        except (TypeError, ValueError):
+            self._signature = None
+            return
+        params = list(self._signature.parameters.values())
+        self._skip_first = bool(params) and params[0].name in ("self", "cls")
+        simple = all(p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) for p in params)
+        self._names = [p.name for p in params] if simple else None
+        self._defaults = {p.name: p.default for p in params if p.default is not p.empty}
+
+    def __call__(self, args: tuple, kwargs: dict[str, Any]) -> dict[str, Any]:
+        if self._signature is None:
+            return {"args": list(args), "kwargs": kwargs}
+        if self._names is not None and len(args) <= len(self._names):
+            bound = dict(self._defaults)
+            bound.update(zip(self._names, args, strict=False))
+            bound.update(kwargs)
+        else:
+            try:
+                arguments = self._signature.bind(*args, **kwargs)
+            except TypeError:  # the call itself is wrong; the function will say so
+                return {"args": list(args), "kwargs": kwargs}
+            arguments.apply_defaults()
+            bound = dict(arguments.arguments)
+        if self._skip_first and args:
+            bound.pop(next(iter(self._signature.parameters)), None)
+        return bound
+
+
+def _close_at_exit(ref: weakref.ref) -> None:
+    client = ref()
+    if client is not None:
+        client.shutdown(timeout=5.0)

@@ -1,0 +1,258 @@
+"""A run: one execution of an agent, with its steps, model calls and loop state.
+
+Step indices start at 1 and are handed out in call order, from any thread.
+A run remembers the first step index of every tool fingerprint it has seen,
+so the first repeat flags the run as looping at the step where the
+repetition *began*, not where it was caught.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+import uuid
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from keelwave.sdk.canonical import canonical_json, fingerprint
+from keelwave.sdk.errors import LoopDetected, MaxStepsExceeded
+from keelwave.sdk.transport import Event, dumps
+
+if TYPE_CHECKING:
+    from keelwave.sdk.client import Keelwave
+
+TERMINATION_REASONS = (
+    "clean", "max_steps_reached", "context_limit", "error", "loop_detected", "timeout",
+)  # fmt: skip
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat()
+
+
+class Run:
+    """A run in progress. Get the current one with :func:`keelwave.get_current_run`."""
+
+    def __init__(
+        self,
+        client: Keelwave,
+        name: str,
+        *,
+        parent: Run | None = None,
+        input: Any = None,
+        metadata: dict[str, Any] | None = None,
+        tags: list[str] | None = None,
+        max_steps: int | None = None,
+        stop_on_loop: bool = False,
+        run_id: str | None = None,
+    ) -> None:
+        self.id = run_id or str(uuid.uuid4())
+        self.name = name
+        self.parent = parent
+        self.max_steps = max_steps
+        self.stop_on_loop = stop_on_loop
+        self.loop_detected = False
+        self.loop_step_index: int | None = None
+        self.termination_reason: str | None = None
+        self._client = client
+        self._indices = itertools.count(1)
+        self._last_index = 0
+        self._first_seen: dict[bytes, int] = {}
+        self._lock = threading.Lock()
+        body: dict[str, Any] = {"id": self.id, "agent_name": name, "started_at": _now()}
+        if parent is not None:
+            body["parent_run_id"] = parent.id
+        if metadata:
+            body["metadata"] = metadata
+        if tags:
+            body["tags"] = list(tags)
+        text = dumps(body)
+        if input is not None:
+            text = f'{text[:-1]},"input":{canonical_json(input)}}}'
+        client._send(Event("run", text))
+
+    def __repr__(self) -> str:
+        return f"<Run {self.name} {self.id}>"
+
+    @property
+    def finished(self) -> bool:
+        return self.termination_reason is not None
+
+    @property
+    def step_count(self) -> int:
+        return self._last_index
+
+    # -- steps -------------------------------------------------------------
+
+    def next_step_index(self) -> int:
+        """Take the next step index; raises MaxStepsExceeded past ``max_steps``."""
+        index = next(self._indices)
+        self._last_index = max(self._last_index, index)
+        if self.max_steps is not None and index > self.max_steps:
+            raise MaxStepsExceeded(self.max_steps)
+        return index
+
+    def tool_call(
+        self,
+        name: str,
+        input: Any = None,
+        output: Any = None,
+        *,
+        error: str | BaseException | None = None,
+        duration_ms: float | None = None,
+        step_type: str = "tool_call",
+    ) -> int:
+        """Record a tool call and return its step index. It does not fingerprint:
+        pair it with :meth:`check_fingerprint` to have repeats flag the run."""
+        index = self.next_step_index()
+        self._send_step(index, step_type, name, canonical_json(input),
+                        None if output is None else canonical_json(output),
+                        None, duration_ms, error)  # fmt: skip
+        return index
+
+    def think(self, content: str) -> int:
+        """Record a reasoning step (never part of a loop)."""
+        index = self.next_step_index()
+        self._send_step(index, "think", None, None, None, str(content), None, None)
+        return index
+
+    def replan(self, content: str) -> int:
+        """Record a change of plan (never part of a loop)."""
+        index = self.next_step_index()
+        self._send_step(index, "replan", None, None, None, str(content), None, None)
+        return index
+
+    def _send_step(
+        self,
+        index: int,
+        step_type: str,
+        tool_name: str | None,
+        input_json: str | None,
+        output_json: str | None,
+        content: str | None,
+        duration_ms: float | None,
+        error: str | BaseException | None,
+        started_at: str | None = None,
+    ) -> None:
+        # Built by hand so tool_input goes out as exactly the text that was hashed.
+        parts = [f'{{"run_id":"{self.id}","step_index":{index},"step_type":"{step_type}"',
+                 f',"started_at":"{started_at or _now()}"']  # fmt: skip
+        if tool_name is not None:
+            parts.append(f',"tool_name":{json.dumps(tool_name)}')
+        if input_json is not None:
+            parts.append(f',"tool_input":{input_json}')
+        if output_json is not None:
+            parts.append(f',"tool_output":{output_json}')
+        if content is not None:
+            parts.append(f',"content":{json.dumps(content)}')
+        if duration_ms is not None:
+            parts.append(f',"duration_ms":{max(0.0, float(duration_ms)):.3f}')
+        if error is not None:
+            parts.append(f',"error":{json.dumps(_error_text(error))}')
+        parts.append("}")
+        self._client._send(Event("step", "".join(parts)))
+
+    # -- loops -------------------------------------------------------------
+
+    def check_fingerprint(self, name: str, input: Any) -> bool:
+        """Fingerprint ``name`` + ``input`` as the latest step; True if it repeats an earlier one.
+
+        The first repeat in the run calls :meth:`mark_loop` with the step index
+        where that input was first seen.
+        """
+        return self._check(fingerprint(name, canonical_json(input)), self._last_index)
+
+    def _check(self, digest: bytes, index: int) -> bool:
+        with self._lock:
+            first = self._first_seen.setdefault(digest, index)
+        if first == index:
+            return False
+        self.mark_loop(step_index=first)  # only the first repeat counts
+        if self.stop_on_loop:
+            raise LoopDetected(first, index)
+        return True
+
+    def mark_loop(self, step_index: int) -> None:
+        """Flag the run as looping, starting at ``step_index`` (the first repeated step)."""
+        if not self.loop_detected:
+            self.loop_detected = True
+            self.loop_step_index = step_index
+
+    # -- model calls -------------------------------------------------------
+
+    def llm_call(
+        self,
+        provider: str,
+        model: str,
+        *,
+        input_tokens: int = 0,
+        output_tokens: int = 0,
+        cache_read_tokens: int = 0,
+        reasoning_tokens: int = 0,
+        cost_usd: float | None = None,
+        latency_ms: float | None = None,
+        error: str | BaseException | None = None,
+        step_index: int | None = None,
+    ) -> str:
+        """Record a model call; returns its id. Without ``cost_usd`` the server prices it."""
+        call_id = str(uuid.uuid4())
+        body: dict[str, Any] = {
+            "id": call_id,
+            "run_id": self.id,
+            "provider": provider,
+            "model": model,
+            "input_tokens": int(input_tokens or 0),
+            "output_tokens": int(output_tokens or 0),
+            "cache_read_tokens": int(cache_read_tokens or 0),
+            "reasoning_tokens": int(reasoning_tokens or 0),
+            "status": "error" if error is not None else "ok",
+            "started_at": _now(),
+        }
+        if step_index is not None:
+            body["step_index"] = step_index
+        if cost_usd is not None:
+            body["cost_usd"] = float(cost_usd)
+        if latency_ms is not None:
+            body["latency_ms"] = max(0.0, float(latency_ms))
+        if error is not None:
+            body["error"] = _error_text(error)
+        self._client._send(Event("ai", dumps(body)))
+        return call_id
+
+    # -- the end -----------------------------------------------------------
+
+    def finish(
+        self,
+        termination_reason: str = "clean",
+        output: Any = None,
+        error: str | BaseException | None = None,
+    ) -> None:
+        """Finish the run. Later calls are ignored: the first finish wins."""
+        if self.finished:
+            return
+        if termination_reason not in TERMINATION_REASONS:
+            raise ValueError(
+                f"termination_reason must be one of {', '.join(TERMINATION_REASONS)}, "
+                f"not {termination_reason!r}"
+            )
+        self.termination_reason = termination_reason
+        body: dict[str, Any] = {
+            "termination_reason": termination_reason,
+            "loop_detected": self.loop_detected,
+            "ended_at": _now(),
+        }
+        if self.loop_step_index is not None:
+            body["loop_step_index"] = self.loop_step_index
+        if error is not None:
+            body["error"] = _error_text(error)
+        text = dumps(body)
+        if output is not None:
+            text = f'{text[:-1]},"output":{canonical_json(output)}}}'
+        self._client._send(Event("finish", text, f"/v1/ingest/agent/runs/{self.id}/finish"))
+
+
+def _error_text(error: str | BaseException) -> str:
+    if isinstance(error, BaseException):
+        return f"{type(error).__name__}: {error}"
+    return str(error)

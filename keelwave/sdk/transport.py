@@ -1,0 +1,228 @@
+"""The background sender: the agent hands over events and goes on at full speed.
+
+Events go into a bounded in-memory queue; one daemon thread sends them in
+order, batching consecutive steps (and model calls) into one request. Order
+matters only in that a run is created before it is finished, and one thread
+sending in queue order guarantees it.
+
+Failures never reach the agent:
+
+* connection errors, 429 and 5xx are retried with exponential backoff
+  (honouring ``Retry-After``), forever while there is room in the queue;
+  retries are safe because every event carries a stable identity (run id,
+  run id + step index, model call id);
+* other 4xx mean the event itself is wrong: it is dropped and logged once
+  per kind of problem;
+* when the queue is full, new events are dropped and counted; the count is
+  logged when sending resumes and at exit.
+
+``flush()`` waits until everything queued so far is sent (or a timeout);
+the client flushes at interpreter exit.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import logging
+import random
+import threading
+import time
+import urllib.parse
+from collections import deque
+from dataclasses import dataclass
+
+log = logging.getLogger("keelwave")
+
+MAX_BATCH = 500  # events in one request
+LINGER_SECONDS = 0.05  # how long a partial batch waits for company
+
+
+@dataclass(slots=True)
+class Event:
+    """One thing to send: ``body`` is JSON text, ready to go."""
+
+    kind: str  # "run", "step", "ai" or "finish"
+    body: str
+    path: str = ""  # for "finish": the run's finish path
+
+
+_PATHS = {"run": "/v1/ingest/agent/runs", "step": "/v1/ingest/agent/steps", "ai": "/v1/ingest/ai"}
+_BATCHED = ("step", "ai")
+
+
+class Transport:
+    def __init__(self, endpoint: str, api_key: str, max_queue: int = 100_000,
+                 timeout: float = 10.0) -> None:  # fmt: skip
+        parsed = urllib.parse.urlsplit(endpoint)
+        if parsed.scheme not in ("http", "https") or not parsed.hostname:
+            raise ValueError(f"keelwave endpoint must be an http(s) URL, not {endpoint!r}")
+        self._scheme = parsed.scheme
+        self._host = parsed.hostname
+        self._port = parsed.port
+        self._prefix = parsed.path.rstrip("/")
+        self._headers = {
+            "Authorization": f"Bearer {api_key}",
+            "Content-Type": "application/json",
+            "User-Agent": "keelwave-python",
+        }
+        self._timeout = timeout
+        self._max_queue = max_queue
+        self._queue: deque[Event] = deque()
+        self._wakeup = threading.Event()
+        self._idle = threading.Condition()
+        self._sending = 0  # events taken from the queue but not yet settled
+        self._dropped = 0
+        self._reported: set[str] = set()
+        self._down_since: float | None = None
+        self._closed = False
+        self._conn: http.client.HTTPConnection | None = None
+        self._thread = threading.Thread(target=self._run, name="keelwave-transport", daemon=True)
+        self._thread.start()
+
+    # -- the agent's side: cheap, never blocks, never raises -------------------
+
+    def send(self, event: Event) -> None:
+        if self._closed or len(self._queue) >= self._max_queue:
+            self._dropped += 1
+            return
+        was_empty = not self._queue
+        self._queue.append(event)
+        if was_empty:
+            self._wakeup.set()
+
+    def flush(self, timeout: float = 10.0) -> bool:
+        """Wait until everything queued so far has been sent; False on timeout."""
+        deadline = time.monotonic() + timeout
+        self._wakeup.set()
+        with self._idle:
+            while self._queue or self._sending:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._idle.wait(min(remaining, 0.1))
+        return True
+
+    def close(self, timeout: float = 5.0) -> None:
+        flushed = self.flush(timeout)
+        self._closed = True
+        self._wakeup.set()
+        left = len(self._queue) + self._sending
+        if not flushed and left:
+            log.warning("keelwave: %d events were not sent before exit", left)
+        if self._dropped:
+            log.warning("keelwave: %d events were dropped (the queue was full)", self._dropped)
+
+    @property
+    def dropped(self) -> int:
+        return self._dropped
+
+    # -- the sender thread -----------------------------------------------------
+
+    def _run(self) -> None:
+        while not self._closed or self._queue:
+            if not self._queue:
+                self._wakeup.wait(1.0)
+                self._wakeup.clear()
+                continue
+            if len(self._queue) < MAX_BATCH and self._queue[0].kind in _BATCHED:
+                time.sleep(LINGER_SECONDS)  # let a few more steps join the batch
+            batch = self._take()
+            try:
+                self._deliver(batch)
+            except Exception:  # a bug must not kill the sender
+                log.exception("keelwave: failed to send %d events", len(batch))
+            finally:
+                with self._idle:
+                    self._sending = 0
+                    self._idle.notify_all()
+        self._close_connection()
+
+    def _take(self) -> list[Event]:
+        with self._idle:
+            first = self._queue.popleft()
+            batch = [first]
+            if first.kind in _BATCHED:
+                while self._queue and len(batch) < MAX_BATCH and self._queue[0].kind == first.kind:
+                    batch.append(self._queue.popleft())
+            self._sending = len(batch)
+        return batch
+
+    def _deliver(self, batch: list[Event]) -> None:
+        first = batch[0]
+        if first.kind in _BATCHED:
+            path, body = _PATHS[first.kind], "[" + ",".join(e.body for e in batch) + "]"
+        else:
+            path, body = first.path or _PATHS[first.kind], first.body
+        delay = 0.5
+        while True:
+            status, retry_after = self._post(path, body.encode("utf-8"))
+            if status is not None and status < 300:
+                if self._down_since is not None:
+                    log.warning("keelwave: server reachable again after %.0f s; sending resumes",
+                                time.monotonic() - self._down_since)  # fmt: skip
+                    self._down_since = None
+                    if self._dropped:
+                        log.warning("keelwave: %d events were dropped while it was unreachable",
+                                    self._dropped)  # fmt: skip
+                return
+            if status is not None and status != 429 and status < 500:
+                self._report(f"http-{status}", f"keelwave: the server refused {len(batch)} "
+                             f"{first.kind} event(s) with HTTP {status}; dropping them")  # fmt: skip
+                return
+            if self._down_since is None:
+                self._down_since = time.monotonic()
+                self._report("down", "keelwave: cannot reach the server "
+                             f"({'HTTP ' + str(status) if status else 'no connection'}); "
+                             "the agent keeps running, events are kept and retried")  # fmt: skip
+            if self._closed:
+                return  # exiting: what is left is reported by close()
+            wait = retry_after if retry_after is not None else delay * random.uniform(0.8, 1.2)
+            self._wakeup.wait(min(wait, 30.0))
+            self._wakeup.clear()
+            delay = min(delay * 2, 30.0)
+
+    def _post(self, path: str, body: bytes) -> tuple[int | None, float | None]:
+        for attempt in (1, 2):  # a kept-alive connection may have been closed by the server
+            try:
+                conn = self._connection()
+                conn.request("POST", self._prefix + path, body=body, headers=self._headers)
+                response = conn.getresponse()
+                response.read()
+                retry_after = response.getheader("Retry-After")
+                return response.status, _seconds(retry_after)
+            except (OSError, http.client.HTTPException):
+                self._close_connection()
+                if attempt == 2:
+                    return None, None
+        return None, None
+
+    def _connection(self) -> http.client.HTTPConnection:
+        if self._conn is None:
+            cls = http.client.HTTPSConnection if self._scheme == "https" else \
+                http.client.HTTPConnection  # fmt: skip
+            self._conn = cls(self._host, self._port, timeout=self._timeout)
+        return self._conn
+
+    def _close_connection(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def _report(self, kind: str, message: str) -> None:
+        if kind not in self._reported:
+            self._reported.add(kind)
+            log.warning(message)
+
+
+def _seconds(header: str | None) -> float | None:
+    if not header:
+        return None
+    try:
+        return max(0.0, float(header))
+    except ValueError:
+        return None
+
+
+def dumps(value: object) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)

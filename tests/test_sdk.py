@@ -79,7 +79,8 @@ def run_loop(question: str) -> str:
 def test_spec_loop_example_runs_verbatim(server: ServeProcess, keys, tmp_path: Path) -> None:
     script = tmp_path / "agent.py"
     script.write_text(
-        "def search(q, max_results):\n    return [f'result {i} for {q}' for i in range(max_results)]\n"
+        "def search(q, max_results):\n"
+        "    return [f'result {i} for {q}' for i in range(max_results)]\n"
         + SPEC_LOOP_EXAMPLE
         + "\nprint(run_loop('What is keelwave?'))\n"
     )

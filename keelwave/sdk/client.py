@@ -33,6 +33,12 @@ _current_run: contextvars.ContextVar[Run | None] = contextvars.ContextVar(
 )
 
 
+# The step an observed tool is running as, so a model call made inside it is linked to it.
+current_step_index: contextvars.ContextVar[int | None] = contextvars.ContextVar(
+    "keelwave_current_step", default=None
+)
+
+
 def get_current_run() -> Run | None:
     """The run the calling code is inside of, or None.
 
@@ -226,7 +232,8 @@ class Keelwave:
 class _Step:
     """One observed call in progress: index taken, input hashed, clock running."""
 
-    __slots__ = ("run", "name", "step_type", "index", "input_json", "started", "started_at")
+    __slots__ = ("run", "name", "step_type", "index", "input_json", "started", "started_at",
+                 "token")  # fmt: skip
 
     def __init__(self, run: Run, name: str, step_type: str, arguments: dict[str, Any]) -> None:
         self.run = run
@@ -235,10 +242,15 @@ class _Step:
         self.index = run.next_step_index()  # may raise MaxStepsExceeded: the tool never runs
         self.input_json = canonical_json(arguments)
         self.started_at = _now()
+        self.token = current_step_index.set(self.index)
         self.started = time.perf_counter()
 
     def done(self, result: Any, error: BaseException | None, fingerprinted: bool) -> None:
         duration_ms = (time.perf_counter() - self.started) * 1000
+        try:
+            current_step_index.reset(self.token)
+        except ValueError:  # finished in another context (a generator, a callback): harmless
+            pass
         output_json = None if error is not None else canonical_json(result)
         if self.step_type in ("think", "replan"):
             content = None if result is None else str(result)

@@ -196,28 +196,12 @@ class Run:
         step_index: int | None = None,
     ) -> str:
         """Record a model call; returns its id. Without ``cost_usd`` the server prices it."""
-        call_id = str(uuid.uuid4())
-        body: dict[str, Any] = {
-            "id": call_id,
-            "run_id": self.id,
-            "provider": provider,
-            "model": model,
-            "input_tokens": int(input_tokens or 0),
-            "output_tokens": int(output_tokens or 0),
-            "cache_read_tokens": int(cache_read_tokens or 0),
-            "reasoning_tokens": int(reasoning_tokens or 0),
-            "status": "error" if error is not None else "ok",
-            "started_at": _now(),
-        }
-        if step_index is not None:
-            body["step_index"] = step_index
-        if cost_usd is not None:
-            body["cost_usd"] = float(cost_usd)
-        if latency_ms is not None:
-            body["latency_ms"] = max(0.0, float(latency_ms))
-        if error is not None:
-            body["error"] = _error_text(error)
-        self._client._send(Event("ai", dumps(body)))
+        event, call_id = model_call_event(
+            self.id, provider, model, input_tokens=input_tokens, output_tokens=output_tokens,
+            cache_read_tokens=cache_read_tokens, reasoning_tokens=reasoning_tokens,
+            cost_usd=cost_usd, latency_ms=latency_ms, error=error, step_index=step_index,
+        )  # fmt: skip
+        self._client._send(event)
         return call_id
 
     # -- the end -----------------------------------------------------------
@@ -250,6 +234,46 @@ class Run:
         if output is not None:
             text = f'{text[:-1]},"output":{canonical_json(output)}}}'
         self._client._send(Event("finish", text, f"/v1/ingest/agent/runs/{self.id}/finish"))
+
+
+def model_call_event(
+    run_id: str | None,
+    provider: str,
+    model: str,
+    *,
+    input_tokens: int = 0,
+    output_tokens: int = 0,
+    cache_read_tokens: int = 0,
+    reasoning_tokens: int = 0,
+    cost_usd: float | None = None,
+    latency_ms: float | None = None,
+    error: str | BaseException | None = None,
+    step_index: int | None = None,
+) -> tuple[Event, str]:
+    """The event for one model call (with a fresh id, so a resend is stored once)."""
+    call_id = str(uuid.uuid4())
+    body: dict[str, Any] = {
+        "id": call_id,
+        "provider": provider,
+        "model": model,
+        "input_tokens": int(input_tokens or 0),
+        "output_tokens": int(output_tokens or 0),
+        "cache_read_tokens": int(cache_read_tokens or 0),
+        "reasoning_tokens": int(reasoning_tokens or 0),
+        "status": "error" if error is not None else "ok",
+        "started_at": _now(),
+    }
+    if run_id is not None:
+        body["run_id"] = run_id
+    if step_index is not None:
+        body["step_index"] = step_index
+    if cost_usd is not None:
+        body["cost_usd"] = float(cost_usd)
+    if latency_ms is not None:
+        body["latency_ms"] = max(0.0, float(latency_ms))
+    if error is not None:
+        body["error"] = _error_text(error)
+    return Event("ai", dumps(body)), call_id
 
 
 def _error_text(error: str | BaseException) -> str:

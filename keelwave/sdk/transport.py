@@ -167,8 +167,9 @@ class Transport:
                                     self._dropped)  # fmt: skip
                 return
             if status is not None and status != 429 and status < 500:
-                self._report(f"http-{status}", f"keelwave: the server refused {len(batch)} "
-                             f"{first.kind} event(s) with HTTP {status}; dropping them")  # fmt: skip
+                message = (f"keelwave: the server refused {len(batch)} {first.kind} event(s) "
+                           f"with HTTP {status}; dropping them")  # fmt: skip
+                self._report(f"http-{status}", message)
                 return
             if self._down_since is None:
                 self._down_since = time.monotonic()

@@ -1,0 +1,181 @@
+"""Provider adapters: wrap an OpenAI or Anthropic client so each model call is recorded.
+
+The adapters patch the client object they are given (and return it), so its
+type, its other methods and its configuration stay exactly as they were.
+They import nothing from the provider packages: they work with whatever
+version of the client object they receive, reading usage fields by name.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from keelwave.sdk.client import current_step_index, get_current_run
+from keelwave.sdk.run import model_call_event
+
+if TYPE_CHECKING:
+    from keelwave.sdk.client import Keelwave
+
+
+class Usage:
+    """Token counts in keelwave's convention (input includes cached; output includes reasoning)."""
+
+    __slots__ = ("model", "input_tokens", "output_tokens", "cache_read_tokens",
+                 "reasoning_tokens")  # fmt: skip
+
+    def __init__(self, model: str | None = None) -> None:
+        self.model = model
+        self.input_tokens = 0
+        self.output_tokens = 0
+        self.cache_read_tokens = 0
+        self.reasoning_tokens = 0
+
+
+def field(obj: Any, *names: str) -> Any:
+    """``obj.a.b`` for objects or dicts, None when any part is missing."""
+    for name in names:
+        if obj is None:
+            return None
+        obj = obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
+    return obj
+
+
+def number(value: Any) -> int:
+    return int(value) if isinstance(value, (int, float)) else 0
+
+
+def record(
+    client: Keelwave, provider: str, usage: Usage, started: float, error: BaseException | None
+) -> None:
+    """Send one model call, linked to the current run and step when there are any."""
+    if not client.enabled:
+        return
+    run = get_current_run()
+    event, _ = model_call_event(
+        run.id if run is not None else None,
+        provider,
+        usage.model or "unknown",
+        input_tokens=usage.input_tokens,
+        output_tokens=usage.output_tokens,
+        cache_read_tokens=usage.cache_read_tokens,
+        reasoning_tokens=usage.reasoning_tokens,
+        latency_ms=(time.perf_counter() - started) * 1000,
+        error=error,
+        step_index=current_step_index.get() if run is not None else None,
+    )
+    client._send(event)
+
+
+def patch(
+    client: Keelwave,
+    resource: Any,
+    method: str,
+    provider: str,
+    read_response: Callable[[Any, Usage], None],
+    read_chunk: Callable[[Any, Usage], None],
+) -> None:
+    """Replace ``resource.method`` by a recording version (sync or async, streaming or not)."""
+    original = getattr(resource, method, None)
+    if original is None or getattr(original, "__keelwave__", False):
+        return
+
+    def finish(response: Any, usage: Usage, started: float, stream: bool) -> Any:
+        done = functools.partial(record, client, provider, usage, started)
+        if stream:
+            wrapper = AsyncRecordingStream if hasattr(response, "__aiter__") else RecordingStream
+            return wrapper(response, done, usage, read_chunk)
+        read_response(response, usage)
+        done(None)
+        return response
+
+    async def finish_async(pending: Any, usage: Usage, started: float, stream: bool) -> Any:
+        try:
+            response = await pending
+        except BaseException as error:
+            record(client, provider, usage, started, error)
+            raise
+        return finish(response, usage, started, stream)
+
+    # One wrapper for sync and async clients: an async client's method returns an
+    # awaitable (its methods are not always coroutine functions: they may be wrapped).
+    @functools.wraps(original)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        usage = Usage(kwargs.get("model"))
+        started = time.perf_counter()
+        stream = bool(kwargs.get("stream"))
+        try:
+            response = original(*args, **kwargs)
+        except BaseException as error:
+            record(client, provider, usage, started, error)
+            raise
+        if inspect.isawaitable(response):
+            return finish_async(response, usage, started, stream)
+        return finish(response, usage, started, stream)
+
+    call.__keelwave__ = True  # type: ignore[attr-defined]
+    setattr(resource, method, call)
+
+
+class RecordingStream:
+    """A provider's stream, passed through chunk by chunk; recorded once it ends."""
+
+    def __init__(self, stream: Any, done: Callable, usage: Usage, read_chunk: Callable) -> None:
+        self._stream = stream
+        self._done = done
+        self._usage = usage
+        self._read_chunk = read_chunk
+        self._recorded = False
+
+    def __iter__(self) -> Any:
+        try:
+            for chunk in self._stream:
+                self._read_chunk(chunk, self._usage)
+                yield chunk
+        except BaseException as error:
+            self._finish(error)
+            raise
+        self._finish(None)
+
+    def _finish(self, error: BaseException | None) -> None:
+        if not self._recorded:
+            self._recorded = True
+            self._done(error)
+
+    def __enter__(self) -> RecordingStream:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._finish(None)
+        close = getattr(self._stream, "close", None)
+        if close is not None:
+            close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+class AsyncRecordingStream(RecordingStream):
+    async def __aiter__(self) -> Any:  # type: ignore[override]
+        try:
+            async for chunk in self._stream:
+                self._read_chunk(chunk, self._usage)
+                yield chunk
+        except BaseException as error:
+            self._finish(error)
+            raise
+        self._finish(None)
+
+    async def __aenter__(self) -> AsyncRecordingStream:
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        self._finish(None)
+        close = getattr(self._stream, "close", None)
+        if close is not None:
+            result = close()
+            if inspect.isawaitable(result):
+                await result

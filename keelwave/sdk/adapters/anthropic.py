@@ -1,0 +1,50 @@
+"""Anthropic: ``messages.create``, sync or async, streamed or not.
+
+Anthropic counts cached input apart (``cache_read_input_tokens``,
+``cache_creation_input_tokens``) from ``input_tokens``; keelwave's
+``input_tokens`` is their sum, with ``cache_read_tokens`` the cached part.
+Output tokens include extended thinking.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from keelwave.sdk.adapters import Usage, field, number, patch
+
+if TYPE_CHECKING:
+    from keelwave.sdk.client import Keelwave
+
+
+def _read_usage(usage_obj: Any, usage: Usage) -> None:
+    if usage_obj is None:
+        return
+    uncached = field(usage_obj, "input_tokens")
+    cache_read = field(usage_obj, "cache_read_input_tokens")
+    cache_write = field(usage_obj, "cache_creation_input_tokens")
+    if uncached is not None or cache_read is not None:
+        usage.cache_read_tokens = number(cache_read)
+        usage.input_tokens = number(uncached) + number(cache_read) + number(cache_write)
+    output = field(usage_obj, "output_tokens")
+    if output is not None:
+        usage.output_tokens = number(output)  # message_delta reports the running total
+
+
+def _read_response(message: Any, usage: Usage) -> None:
+    usage.model = field(message, "model") or usage.model
+    _read_usage(field(message, "usage"), usage)
+
+
+def _read_event(event: Any, usage: Usage) -> None:
+    kind = field(event, "type")
+    if kind == "message_start":
+        _read_response(field(event, "message"), usage)
+    elif kind == "message_delta":
+        _read_usage(field(event, "usage"), usage)
+
+
+def wrap_anthropic(client: Keelwave, anthropic_client: Any) -> Any:
+    messages = field(anthropic_client, "messages")
+    if messages is not None:
+        patch(client, messages, "create", "anthropic", _read_response, _read_event)
+    return anthropic_client

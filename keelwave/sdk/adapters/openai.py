@@ -1,0 +1,64 @@
+"""OpenAI: ``chat.completions.create`` and ``responses.create``, sync or async, streamed or not.
+
+Usage is translated into keelwave's convention: ``prompt_tokens`` /
+``input_tokens`` already include cached tokens, and ``completion_tokens`` /
+``output_tokens`` already include reasoning tokens. A streamed chat
+completion reports usage only when asked with
+``stream_options={"include_usage": True}``; without it the call is recorded
+with zero tokens (and no cost).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from keelwave.sdk.adapters import Usage, field, number, patch
+
+if TYPE_CHECKING:
+    from keelwave.sdk.client import Keelwave
+
+
+def _read_usage(usage_obj: Any, usage: Usage) -> None:
+    if usage_obj is None:
+        return
+    usage.input_tokens = number(
+        field(usage_obj, "prompt_tokens") or field(usage_obj, "input_tokens")
+    )
+    usage.output_tokens = number(
+        field(usage_obj, "completion_tokens") or field(usage_obj, "output_tokens")
+    )
+    usage.cache_read_tokens = number(
+        field(usage_obj, "prompt_tokens_details", "cached_tokens")
+        or field(usage_obj, "input_tokens_details", "cached_tokens")
+    )
+    usage.reasoning_tokens = number(
+        field(usage_obj, "completion_tokens_details", "reasoning_tokens")
+        or field(usage_obj, "output_tokens_details", "reasoning_tokens")
+    )
+
+
+def _read_response(response: Any, usage: Usage) -> None:
+    usage.model = field(response, "model") or usage.model
+    _read_usage(field(response, "usage"), usage)
+
+
+def _read_chat_chunk(chunk: Any, usage: Usage) -> None:
+    usage.model = field(chunk, "model") or usage.model
+    _read_usage(field(chunk, "usage"), usage)
+
+
+def _read_response_event(event: Any, usage: Usage) -> None:
+    # Responses API streams typed events; the final one carries the whole response.
+    response = field(event, "response")
+    if response is not None:
+        _read_response(response, usage)
+
+
+def wrap_openai(client: Keelwave, openai_client: Any) -> Any:
+    chat = field(openai_client, "chat", "completions")
+    if chat is not None:
+        patch(client, chat, "create", "openai", _read_response, _read_chat_chunk)
+    responses = field(openai_client, "responses")
+    if responses is not None:
+        patch(client, responses, "create", "openai", _read_response, _read_response_event)
+    return openai_client

@@ -404,3 +404,21 @@ def test_sdk_resends_after_the_server_returns(db_url: str, tmp_path: Path, keys)
         sdk.shutdown()
         server.stop()
         server.kill()
+
+
+def test_demo_sends_a_full_picture(server: ServeProcess, keys) -> None:
+    from serve_process import keelwave
+
+    env = {"KEELWAVE_API_KEY": keys.keys["ingest"], "KEELWAVE_ENDPOINT": server.url}
+    result = keelwave("demo", "--runs", "25", env=env)
+    assert result.returncode == 0, result.stderr
+    assert "Sent 25 runs" in result.stdout
+    runs = api(server, keys, "/runs?limit=500")
+    assert len(runs) == 25
+    reasons = {run["termination_reason"] for run in runs}
+    assert {"clean", "error", "loop_detected"} <= reasons
+    assert any(run["loop_detected"] for run in runs)
+    assert any(run["status"] == "running" for run in runs)  # left unfinished on purpose
+    assert sum(run["cost_usd"] for run in runs) > 0
+    refused = keelwave("demo", env={**env, "KEELWAVE_API_KEY": keys.keys["read"]})
+    assert refused.returncode == 1 and "scope 'read'" in refused.stderr

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from keelwave.cli import keys, migrate, serve
+from keelwave.cli import demo, keys, migrate, serve
 
 app = typer.Typer(
     name="keelwave",
@@ -16,6 +16,7 @@ app = typer.Typer(
 app.command("serve")(serve.serve)
 app.add_typer(migrate.app, name="migrate")
 app.add_typer(keys.app, name="keys")
+app.command("demo")(demo.demo)
 
 
 def main() -> None:

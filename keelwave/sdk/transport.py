@@ -1,9 +1,8 @@
 """The background sender: the agent hands over events and goes on at full speed.
 
-Events go into a bounded in-memory queue; one daemon thread sends them in
-order, batching consecutive steps (and model calls) into one request. Order
-matters only in that a run is created before it is finished, and one thread
-sending in queue order guarantees it.
+Events go into a bounded in-memory queue; one daemon thread sends them,
+batching steps (and model calls) into one request. Order matters only in
+that a run is created before it is finished; see ``_take``.
 
 Failures never reach the agent:
 
@@ -34,8 +33,7 @@ from dataclasses import dataclass
 
 log = logging.getLogger("keelwave")
 
-MAX_BATCH = 500  # events in one request
-LINGER_SECONDS = 0.05  # how long a partial batch waits for company
+MAX_BATCH = 500  # steps or model calls in one request
 
 
 @dataclass(slots=True)
@@ -125,28 +123,42 @@ class Transport:
                 self._wakeup.wait(1.0)
                 self._wakeup.clear()
                 continue
-            if len(self._queue) < MAX_BATCH and self._queue[0].kind in _BATCHED:
-                time.sleep(LINGER_SECONDS)  # let a few more steps join the batch
-            batch = self._take()
+            requests = self._take()
             try:
-                self._deliver(batch)
+                for batch in requests:
+                    self._deliver(batch)
+                    with self._idle:
+                        self._sending -= len(batch)
             except Exception:  # a bug must not kill the sender
-                log.exception("keelwave: failed to send %d events", len(batch))
+                log.exception("keelwave: failed to send events")
             finally:
                 with self._idle:
                     self._sending = 0
                     self._idle.notify_all()
         self._close_connection()
 
-    def _take(self) -> list[Event]:
+    def _take(self) -> list[list[Event]]:
+        """Everything waiting (up to a limit), as requests in a safe order.
+
+        Batching comes from the sender being busy: what queued up during one
+        round goes out together in the next, with no artificial delay. Run
+        starts go first and finishes last, so a finish never overtakes its
+        run's start; steps and model calls may arrive in any order (the
+        server takes them before their run, and their identities make
+        resends harmless).
+        """
         with self._idle:
-            first = self._queue.popleft()
-            batch = [first]
-            if first.kind in _BATCHED:
-                while self._queue and len(batch) < MAX_BATCH and self._queue[0].kind == first.kind:
-                    batch.append(self._queue.popleft())
-            self._sending = len(batch)
-        return batch
+            taken = [self._queue.popleft() for _ in range(min(len(self._queue), 4 * MAX_BATCH))]
+            self._sending = len(taken)
+        by_kind: dict[str, list[Event]] = {"run": [], "step": [], "ai": [], "finish": []}
+        for event in taken:
+            by_kind[event.kind].append(event)
+        requests = [[event] for event in by_kind["run"]]
+        for kind in _BATCHED:
+            events = by_kind[kind]
+            requests += [events[i : i + MAX_BATCH] for i in range(0, len(events), MAX_BATCH)]
+        requests += [[event] for event in by_kind["finish"]]
+        return requests
 
     def _deliver(self, batch: list[Event]) -> None:
         first = batch[0]

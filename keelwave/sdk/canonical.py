@@ -58,10 +58,15 @@ def _replace(value: Any) -> Any:
     return f"<{type(value).__name__}>"
 
 
+# json.dumps(value, sort_keys=True) with the fallbacks; built once, because
+# constructing an encoder on every call costs as much as the encoding itself.
+_ENCODER = json.JSONEncoder(sort_keys=True, allow_nan=False, default=_replace)
+
+
 def canonical_json(value: Any) -> str:
     """The canonical JSON text of ``value``; never raises."""
     try:
-        return json.dumps(value, sort_keys=True, allow_nan=False, default=_replace)
+        return _ENCODER.encode(value)
     except (TypeError, ValueError, RecursionError):
         return json.dumps(_sanitise(value, set()), sort_keys=True, allow_nan=False)
 

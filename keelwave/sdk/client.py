@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 from keelwave.sdk.canonical import canonical_json, fingerprint
 from keelwave.sdk.errors import AgentStopped
-from keelwave.sdk.run import Run, _now
+from keelwave.sdk.run import Run
 from keelwave.sdk.transport import Event, Transport
 
 log = logging.getLogger("keelwave")
@@ -241,7 +241,7 @@ class _Step:
         self.step_type = step_type
         self.index = run.next_step_index()  # may raise MaxStepsExceeded: the tool never runs
         self.input_json = canonical_json(arguments)
-        self.started_at = _now()
+        self.started_at = time.time()
         self.token = current_step_index.set(self.index)
         self.started = time.perf_counter()
 

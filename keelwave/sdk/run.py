@@ -8,9 +8,11 @@ repetition *began*, not where it was caught.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import threading
+import time
 import uuid
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -133,25 +135,14 @@ class Run:
         content: str | None,
         duration_ms: float | None,
         error: str | BaseException | None,
-        started_at: str | None = None,
+        started_at: float | None = None,
     ) -> None:
-        # Built by hand so tool_input goes out as exactly the text that was hashed.
-        parts = [f'{{"run_id":"{self.id}","step_index":{index},"step_type":"{step_type}"',
-                 f',"started_at":"{started_at or _now()}"']  # fmt: skip
-        if tool_name is not None:
-            parts.append(f',"tool_name":{json.dumps(tool_name)}')
-        if input_json is not None:
-            parts.append(f',"tool_input":{input_json}')
-        if output_json is not None:
-            parts.append(f',"tool_output":{output_json}')
-        if content is not None:
-            parts.append(f',"content":{json.dumps(content)}')
-        if duration_ms is not None:
-            parts.append(f',"duration_ms":{max(0.0, float(duration_ms)):.3f}')
-        if error is not None:
-            parts.append(f',"error":{json.dumps(_error_text(error))}')
-        parts.append("}")
-        self._client._send(Event("step", "".join(parts)))
+        # The JSON text is put together by the sender thread, not the agent's.
+        self._client._send(Event("step", functools.partial(
+            _render_step, self.id, index, step_type, tool_name, input_json, output_json,
+            content, duration_ms, None if error is None else _error_text(error),
+            started_at or time.time(),
+        )))  # fmt: skip
 
     # -- loops -------------------------------------------------------------
 
@@ -234,6 +225,38 @@ class Run:
         if output is not None:
             text = f'{text[:-1]},"output":{canonical_json(output)}}}'
         self._client._send(Event("finish", text, f"/v1/ingest/agent/runs/{self.id}/finish"))
+
+
+def _render_step(
+    run_id: str,
+    index: int,
+    step_type: str,
+    tool_name: str | None,
+    input_json: str | None,
+    output_json: str | None,
+    content: str | None,
+    duration_ms: float | None,
+    error: str | None,
+    started_at: float,
+) -> str:
+    """A step as JSON text, built by hand so tool_input is exactly the text that was hashed."""
+    when = datetime.fromtimestamp(started_at, UTC).isoformat()
+    parts = [f'{{"run_id":"{run_id}","step_index":{index},"step_type":"{step_type}"',
+             f',"started_at":"{when}"']  # fmt: skip
+    if tool_name is not None:
+        parts.append(f',"tool_name":{json.dumps(tool_name)}')
+    if input_json is not None:
+        parts.append(f',"tool_input":{input_json}')
+    if output_json is not None:
+        parts.append(f',"tool_output":{output_json}')
+    if content is not None:
+        parts.append(f',"content":{json.dumps(content)}')
+    if duration_ms is not None:
+        parts.append(f',"duration_ms":{max(0.0, float(duration_ms)):.3f}')
+    if error is not None:
+        parts.append(f',"error":{json.dumps(error)}')
+    parts.append("}")
+    return "".join(parts)
 
 
 def model_call_event(

@@ -29,6 +29,7 @@ import threading
 import time
 import urllib.parse
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 log = logging.getLogger("keelwave")
@@ -38,11 +39,15 @@ MAX_BATCH = 500  # steps or model calls in one request
 
 @dataclass(slots=True)
 class Event:
-    """One thing to send: ``body`` is JSON text, ready to go."""
+    """One thing to send: ``body`` is its JSON text, or a function the sender
+    thread calls to make it (so the agent's thread does not pay for it)."""
 
     kind: str  # "run", "step", "ai" or "finish"
-    body: str
+    body: str | Callable[[], str]
     path: str = ""  # for "finish": the run's finish path
+
+    def text(self) -> str:
+        return self.body if isinstance(self.body, str) else self.body()
 
 
 _PATHS = {"run": "/v1/ingest/agent/runs", "step": "/v1/ingest/agent/steps", "ai": "/v1/ingest/ai"}
@@ -163,9 +168,9 @@ class Transport:
     def _deliver(self, batch: list[Event]) -> None:
         first = batch[0]
         if first.kind in _BATCHED:
-            path, body = _PATHS[first.kind], "[" + ",".join(e.body for e in batch) + "]"
+            path, body = _PATHS[first.kind], "[" + ",".join(e.text() for e in batch) + "]"
         else:
-            path, body = first.path or _PATHS[first.kind], first.body
+            path, body = first.path or _PATHS[first.kind], first.text()
         delay = 0.5
         while True:
             status, retry_after = self._post(path, body.encode("utf-8"))

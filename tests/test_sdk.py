@@ -422,3 +422,47 @@ def test_demo_sends_a_full_picture(server: ServeProcess, keys) -> None:
     assert sum(run["cost_usd"] for run in runs) > 0
     refused = keelwave("demo", env={**env, "KEELWAVE_API_KEY": keys.keys["read"]})
     assert refused.returncode == 1 and "scope 'read'" in refused.stderr
+
+
+def test_sdk_retries_503_and_honours_retry_after() -> None:
+    """A server that answers 503 (with Retry-After) before it accepts: nothing is lost."""
+    import http.server
+
+    received: list[list[dict]] = []
+    refusals = {"left": 3}
+
+    class Flaky(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self) -> None:  # noqa: N802
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            if refusals["left"] > 0:
+                refusals["left"] -= 1
+                self.send_response(503)
+                self.send_header("Retry-After", "0")
+                payload = b'{"error": {"code": "overloaded", "message": "busy"}}'
+            else:
+                parsed = json.loads(body)
+                received.append(parsed if isinstance(parsed, list) else [parsed])
+                self.send_response(200)
+                payload = b'{"data": {}}'
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Flaky)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    sdk = Keelwave(api_key="kw_" + "y" * 43, endpoint=f"http://127.0.0.1:{httpd.server_port}",
+                   flush_at_exit=False)
+    with sdk.run("patient") as run:
+        for i in range(20):
+            run.tool_call("t", input={"i": i})
+    assert sdk.flush(timeout=30)
+    sdk.shutdown()
+    httpd.shutdown()
+    steps = [item for batch in received for item in batch if "step_index" in item]
+    assert sorted(step["step_index"] for step in steps) == list(range(1, 21))
+    assert refusals["left"] == 0

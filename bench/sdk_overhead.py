@@ -99,8 +99,10 @@ def main() -> None:
     ours = measure_keelwave(sink, args.calls)
     peer = measure_langfuse(sink, args.calls // 10)  # it is slower: fewer calls suffice
 
-    print(f"python: {sys.executable} ({sys.version.split()[0]}); {os.cpu_count()} cores; "
-          f"{args.calls} calls")
+    print(
+        f"python: {sys.executable} ({sys.version.split()[0]}); {os.cpu_count()} cores; "
+        f"{args.calls} calls"
+    )
     print(f"{'':<28}{'µs/call':>10}{'added µs':>10}")
     print(f"{'bare function':<28}{bare:>10.2f}{'':>10}")
     print(f"{'keelwave @observe':<28}{ours:>10.2f}{ours - bare:>10.2f}")

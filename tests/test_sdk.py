@@ -455,8 +455,11 @@ def test_sdk_retries_503_and_honours_retry_after() -> None:
 
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Flaky)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    sdk = Keelwave(api_key="kw_" + "y" * 43, endpoint=f"http://127.0.0.1:{httpd.server_port}",
-                   flush_at_exit=False)
+    sdk = Keelwave(
+        api_key="kw_" + "y" * 43,
+        endpoint=f"http://127.0.0.1:{httpd.server_port}",
+        flush_at_exit=False,
+    )
     with sdk.run("patient") as run:
         for i in range(20):
             run.tool_call("t", input={"i": i})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from keelwave.cli import demo, keys, migrate, serve
+from keelwave.cli import demo, keys, migrate, query, serve
 
 app = typer.Typer(
     name="keelwave",
@@ -17,6 +17,10 @@ app.command("serve")(serve.serve)
 app.add_typer(migrate.app, name="migrate")
 app.add_typer(keys.app, name="keys")
 app.command("demo")(demo.demo)
+app.command("login")(query.login)
+app.add_typer(query.runs_app, name="runs")
+app.command("loops")(query.loops)
+app.command("summary")(query.summary)
 
 
 def main() -> None:

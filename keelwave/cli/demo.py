@@ -50,18 +50,21 @@ def demo(
     ] = None,
     api_key: Annotated[
         str | None,
-        typer.Option("--api-key", help="An ingest or all key (env KEELWAVE_API_KEY).",
-                     show_default=False),
+        typer.Option(
+            "--api-key", help="An ingest or all key (env KEELWAVE_API_KEY).", show_default=False
+        ),
     ] = None,
     seed: Annotated[int, typer.Option(help="Random seed, for the same traffic twice.")] = 7,
 ) -> None:
     """Send realistic agent traffic: loops, stalls, errors, guards, model calls and costs."""
-    endpoint = (endpoint or os.environ.get("KEELWAVE_ENDPOINT") or "http://localhost:8080")
+    endpoint = endpoint or os.environ.get("KEELWAVE_ENDPOINT") or "http://localhost:8080"
     endpoint = endpoint.rstrip("/")
     api_key = api_key or os.environ.get("KEELWAVE_API_KEY")
     if not api_key:
-        fail("no API key: pass --api-key or set KEELWAVE_API_KEY (`keelwave serve` printed one "
-             "on its first start; `keelwave keys create` makes another)")
+        fail(
+            "no API key: pass --api-key or set KEELWAVE_API_KEY (`keelwave serve` printed one "
+            "on its first start; `keelwave keys create` makes another)"
+        )
     me = check_key(endpoint, api_key)
     if me["scope"] == "read":
         fail("this key has scope 'read'; the demo sends data and needs an 'ingest' or 'all' key")
@@ -101,8 +104,14 @@ def _agents(client: Keelwave, rng: random.Random) -> list[tuple[str, object]]:
     def think_with_model(tokens: int) -> None:
         run = get_current_run()
         provider, model = rng.choice(MODELS)
-        run.llm_call(provider, model, input_tokens=tokens, output_tokens=tokens // 8,
-                     cache_read_tokens=tokens // 3, latency_ms=rng.uniform(300, 4000))
+        run.llm_call(
+            provider,
+            model,
+            input_tokens=tokens,
+            output_tokens=tokens // 8,
+            cache_read_tokens=tokens // 3,
+            latency_ms=rng.uniform(300, 4000),
+        )
 
     def work(low: float, high: float) -> None:
         time.sleep(rng.uniform(low, high))  # tools take time: durations worth looking at

@@ -1,0 +1,73 @@
+"""Numbers for people: durations, relative times, tokens, money, rates, changes."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+
+def duration(ms: float | None) -> str:
+    if ms is None:
+        return "—"
+    if ms < 1000:
+        return f"{ms:.0f} ms"
+    seconds = ms / 1000
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, seconds = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m {seconds:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h {minutes:02d}m"
+
+
+def ago(iso: str | None, now: datetime | None = None) -> str:
+    if not iso:
+        return "—"
+    moment = datetime.fromisoformat(iso)
+    seconds = ((now or datetime.now(UTC)) - moment).total_seconds()
+    if seconds < 0:
+        return "just now"
+    for limit, unit, size in ((60, "s", 1), (3600, "m", 60), (86400, "h", 3600)):
+        if seconds < limit:
+            return f"{int(seconds // size)}{unit} ago"
+    return f"{int(seconds // 86400)}d ago"
+
+
+def tokens(count: int | None) -> str:
+    if not count:
+        return "0"
+    if count < 1000:
+        return str(count)
+    if count < 1_000_000:
+        return f"{count / 1000:.1f}k"
+    return f"{count / 1_000_000:.2f}M"
+
+
+def money(usd: float | None) -> str:
+    if usd is None:
+        return "—"
+    if usd == 0:
+        return "$0"
+    if usd < 0.01:
+        return f"${usd:.3f}"
+    return f"${usd:,.2f}"
+
+
+def rate(value: float | None) -> str:
+    return "—" if value is None else f"{value * 100:.1f}%"
+
+
+def change(current: float | None, previous: float | None, as_points: bool = False) -> str:
+    """ "+3.2 pts" for rates, "+12%" for amounts, "—" when there is nothing to compare."""
+    if current is None or previous is None:
+        return "—"
+    if as_points:
+        delta = (current - previous) * 100
+        return f"{delta:+.1f} pts"
+    if previous == 0:
+        return "new" if current else "—"
+    return f"{(current - previous) / previous * 100:+.0f}%"
+
+
+def short_id(run_id: str) -> str:
+    return run_id[:8]

@@ -1,0 +1,201 @@
+"""`keelwave login / runs / runs show / loops / summary` as subprocesses against a live server."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import uuid
+from pathlib import Path
+
+import httpx
+import pytest
+from conftest import make_project
+from serve_process import ServeProcess, keelwave
+
+
+@pytest.fixture(scope="module")
+def server(db_url: str, tmp_path_factory):
+    process = ServeProcess(
+        "--database-url", db_url, log=tmp_path_factory.mktemp("cli") / "serve.log"
+    )
+    yield process
+    process.stop()
+    process.kill()
+
+
+@pytest.fixture(scope="module")
+def known(server, db_url):
+    """A project with a looping run, a clean run and an unfinished one."""
+    project = make_project(db_url)
+    auth = project.auth("ingest")
+    ids = {"loop": str(uuid.uuid4()), "clean": str(uuid.uuid4()), "open": str(uuid.uuid4())}
+    with httpx.Client(base_url=server.url, headers=auth) as http:
+        for name, run_id in ids.items():
+            http.post(
+                "/v1/ingest/agent/runs", json={"id": run_id, "agent_name": f"{name}-agent"}
+            ).raise_for_status()
+        steps = [
+            {
+                "run_id": ids["loop"],
+                "step_index": i,
+                "tool_name": "web_search",
+                "tool_input": {"q": "same"},
+            }
+            for i in range(1, 6)
+        ]
+        steps += [
+            {"run_id": ids["loop"], "step_index": 6, "step_type": "think", "content": "hm"},
+            {"run_id": ids["clean"], "step_index": 1, "tool_name": "fetch", "tool_input": {"u": 1}},
+        ]
+        http.post("/v1/ingest/agent/steps", json=steps).raise_for_status()
+        http.post(
+            "/v1/ingest/ai",
+            json={
+                "run_id": ids["loop"],
+                "provider": "openai",
+                "model": "gpt-4o",
+                "input_tokens": 1000,
+                "output_tokens": 100,
+            },
+        ).raise_for_status()
+        http.post(
+            f"/v1/ingest/agent/runs/{ids['loop']}/finish",
+            json={
+                "termination_reason": "loop_detected",
+                "loop_detected": True,
+                "loop_step_index": 1,
+            },
+        ).raise_for_status()
+        http.post(
+            f"/v1/ingest/agent/runs/{ids['clean']}/finish", json={"termination_reason": "clean"}
+        ).raise_for_status()
+    return project, ids
+
+
+def cli(server, project, *args: str, scope: str = "read", **env: str):
+    environment = {
+        "KEELWAVE_ENDPOINT": server.url,
+        "KEELWAVE_API_KEY": project.keys[scope],
+        "KEELWAVE_CONFIG": "/nonexistent/keelwave.json",
+        "COLUMNS": "120",
+        **env,
+    }
+    return keelwave(*args, env=environment)
+
+
+def api(server, project, path: str):
+    response = httpx.get(
+        f"{server.url}/v1/projects/{project.id}/agent{path}", headers=project.auth("read")
+    )
+    return response.json()["data"]
+
+
+def test_runs_table_and_json(server, known) -> None:
+    project, ids = known
+    result = cli(server, project, "runs")
+    assert result.returncode == 0, result.stderr
+    assert "3 runs · loop rate 33.3%" in result.stdout
+    for run_id in ids.values():
+        assert run_id[:8] in result.stdout
+    assert "LOOP" in result.stdout and "running" in result.stdout
+    as_json = json.loads(cli(server, project, "runs", "--json").stdout)
+    assert as_json == api(server, project, "/runs")
+    looping = json.loads(cli(server, project, "runs", "--loops", "--json").stdout)
+    assert [run["id"] for run in looping] == [ids["loop"]]
+    running = json.loads(cli(server, project, "runs", "--status", "running", "--json").stdout)
+    assert [run["id"] for run in running] == [ids["open"]]
+
+
+def test_runs_show_draws_the_loop_as_a_band(server, known) -> None:
+    project, ids = known
+    result = cli(server, project, "runs", "show", ids["loop"][:6])
+    assert result.returncode == 0, result.stderr
+    assert "web_search ×5  steps 1–5" in result.stdout
+    assert "loop_detected" in result.stdout and "from step 1" in result.stdout
+    assert "think" in result.stdout
+    shown = json.loads(cli(server, project, "runs", "show", ids["loop"], "--json").stdout)
+    assert shown["run"]["id"] == ids["loop"] and len(shown["steps"]) == 6
+    assert len(shown["llm_calls"]) == 1
+
+
+def test_loops_json_is_the_apis_data(server, known) -> None:
+    project, ids = known
+    result = cli(server, project, "loops", ids["loop"], "--json")
+    assert json.loads(result.stdout) == api(server, project, f"/runs/{ids['loop']}/loops")
+    text = cli(server, project, "loops", ids["loop"][:8], "--full").stdout
+    group = api(server, project, f"/runs/{ids['loop']}/loops")[0]
+    assert group["fingerprint"] in text and "1, 2, 3, 4, 5" in text
+    assert "no loops" in cli(server, project, "loops", ids["clean"]).stdout
+
+
+def test_summary(server, known) -> None:
+    project, _ = known
+    result = cli(server, project, "summary", "--window", "1h")
+    assert result.returncode == 0, result.stderr
+    for text in (
+        "loop rate",
+        "33.3%",
+        "how runs ended",
+        "loop_detected",
+        "agents by loop rate",
+        "loop-agent",
+    ):
+        assert text in result.stdout, text
+    data = json.loads(cli(server, project, "summary", "--json").stdout)
+    assert set(data) == {"summary", "terminations", "health"}
+    assert data["summary"]["current"]["runs"] == 3
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "message"),
+    [
+        (("runs", "show", "ffffffff"), {}, "no run starts with"),
+        (("loops", "not-hex!"), {}, "is not a run id"),
+        (("runs",), {"KEELWAVE_API_KEY": "kw_" + "z" * 43}, "the key was refused"),
+        (("runs",), {"KEELWAVE_ENDPOINT": "http://127.0.0.1:9"}, "cannot reach keelwave"),
+        (("summary", "--window", "forever"), {}, "window"),
+    ],
+)
+def test_errors_are_one_clear_line(server, known, args, env, message) -> None:
+    project, _ = known
+    result = cli(server, project, *args, **env)
+    assert result.returncode == 1
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_login_stores_the_key_privately_and_flags_win(server, known, tmp_path: Path) -> None:
+    project, _ = known
+    config = tmp_path / "config.json"
+    env = {"KEELWAVE_CONFIG": str(config), "KEELWAVE_ENDPOINT": server.url}
+    environment = {k: v for k, v in os.environ.items() if k != "KEELWAVE_API_KEY"}
+    result = keelwave("login", "--api-key", project.keys["read"], env={**environment, **env})
+    assert result.returncode == 0, result.stderr
+    assert stat.S_IMODE(config.stat().st_mode) == 0o600
+    assert json.loads(config.read_text()) == {
+        "endpoint": server.url,
+        "api_key": project.keys["read"],
+    }
+    # the stored key works with nothing else set
+    stored = keelwave("runs", "--json", env={**environment, "KEELWAVE_CONFIG": str(config)})
+    assert stored.returncode == 0, stored.stderr
+    # the environment beats the file, and a flag beats the environment
+    bad = "kw_" + "q" * 43
+    assert (
+        keelwave(
+            "runs", env={**environment, "KEELWAVE_CONFIG": str(config), "KEELWAVE_API_KEY": bad}
+        ).returncode
+        == 1
+    )
+    assert (
+        keelwave(
+            "runs",
+            "--api-key",
+            project.keys["read"],
+            env={**environment, "KEELWAVE_CONFIG": str(config), "KEELWAVE_API_KEY": bad},
+        ).returncode
+        == 0
+    )
+    refused = keelwave("login", "--api-key", bad, env={**environment, **env})
+    assert refused.returncode == 1 and "refused" in refused.stderr

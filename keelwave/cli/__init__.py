@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from keelwave.cli import demo, keys, migrate, query, serve
+from keelwave.cli import demo, keys, migrate, query, serve, tui
 
 app = typer.Typer(
     name="keelwave",
@@ -21,6 +21,7 @@ app.command("login")(query.login)
 app.add_typer(query.runs_app, name="runs")
 app.command("loops")(query.loops)
 app.command("summary")(query.summary)
+app.command("tui")(tui.tui)
 
 
 def main() -> None:

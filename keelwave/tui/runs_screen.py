@@ -1,0 +1,197 @@
+"""The first screen: the summary strip and the runs table, refreshing by itself."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Input, Static
+
+from keelwave.remote import format as fmt
+from keelwave.remote.api import ApiError
+from keelwave.tui.source import Source
+
+STATUSES = (None, "running", "stalled", "finished")
+SHORT = {"max_steps_reached": "max steps", "context_limit": "context", "loop_detected": "loop"}
+
+
+def status_text(run: dict) -> Text:
+    if run["status"] == "finished":
+        reason = run["termination_reason"] or "finished"
+        style = {"clean": "green", "error": "red", "loop_detected": "red"}.get(reason, "yellow")
+        return Text(SHORT.get(reason, reason), style=style)
+    return Text(run["status"], style="yellow" if run["status"] == "stalled" else "cyan")
+
+
+class SummaryStrip(Static):
+    """Loop rate, error rate, stalls and cost over 24 h, against the 24 h before."""
+
+    def show(self, summary: dict) -> None:
+        now, before = summary["current"], summary["previous"]
+        parts = [
+            ("runs", str(now["runs"]), fmt.change(now["runs"], before["runs"])),
+            ("loop rate", fmt.rate(now["loop_rate"]),
+             fmt.change(now["loop_rate"], before["loop_rate"], as_points=True)),
+            ("errors", fmt.rate(now["error_rate"]),
+             fmt.change(now["error_rate"], before["error_rate"], as_points=True)),
+            ("stalled", str(now["stalled_runs"]), ""),
+            ("cost", fmt.money(now["cost_usd"]), fmt.change(now["cost_usd"], before["cost_usd"])),
+        ]  # fmt: skip
+        text = Text("24h  ", style="dim")
+        for label, value, delta in parts:
+            text.append(f"{label} ", style="dim")
+            alarming = label == "loop rate" and value not in ("0.0%", "—")
+            text.append(value, style="bold red" if alarming else "bold")
+            if delta and delta != "—":
+                text.append(f" ({delta})", style="dim")
+            text.append("   ")
+        self.update(text)
+
+
+class RunsScreen(Screen):
+    BINDINGS = [
+        Binding("slash", "search", "Search"),
+        Binding("l", "toggle_loops", "Loops only"),
+        Binding("s", "cycle_status", "Status"),
+        Binding("a", "cycle_agent", "Agent"),
+        Binding("r", "refresh", "Refresh"),
+        Binding("escape", "clear_search", "Clear", show=False),
+    ]
+    DEFAULT_CSS = """
+    RunsScreen SummaryStrip { height: 1; padding: 0 1; background: $boost; }
+    RunsScreen #filters { height: 1; padding: 0 1; color: $text-muted; }
+    RunsScreen #search { display: none; height: 3; }
+    RunsScreen #search.visible { display: block; }
+    RunsScreen DataTable { height: 1fr; }
+    RunsScreen #status { height: 1; padding: 0 1; color: $warning; }
+    """
+
+    def __init__(self, source: Source, refresh_seconds: float = 2.0) -> None:
+        super().__init__()
+        self.source = source
+        self.refresh_seconds = refresh_seconds
+        self.loops_only = False
+        self.status_index = 0
+        self.agent: str | None = None
+        self.agents: list[str] = []
+        self.query_text = ""
+        self.row_ids: list[str] = []
+
+    def compose(self) -> ComposeResult:
+        yield SummaryStrip(id="summary")
+        yield Static(id="filters")
+        yield Input(placeholder="run id or agent name, enter to apply", id="search")
+        table: DataTable = DataTable(id="runs", cursor_type="row", zebra_stripes=True)
+        table.add_columns("run", "agent", "started", "duration", "steps", "status", "loop",
+                          "tokens", "cost")  # fmt: skip
+        yield table
+        yield Static(id="status")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one(DataTable).focus()
+        self.reload()
+        self.set_interval(self.refresh_seconds, self.reload)
+
+    # -- data --------------------------------------------------------------
+
+    @work(exclusive=True, group="runs")
+    async def reload(self) -> None:
+        filters: dict[str, Any] = {
+            "limit": 200,
+            "loop_detected": "true" if self.loops_only else None,
+            "status": STATUSES[self.status_index],
+            "agent_name": self.agent,
+            "q": self.query_text or None,
+        }
+        status = self.query_one("#status", Static)
+        try:
+            runs = await self.source.runs(**filters)
+            summary = await self.source.summary()
+        except ApiError as error:
+            status.update(f"⚠ {error} — retrying every {self.refresh_seconds:g} s")
+            return
+        status.update("")
+        self.query_one(SummaryStrip).show(summary)
+        self.agents = sorted({run["agent_name"] for run in runs} | set(self.agents))
+        self._fill(runs)
+        self._show_filters(runs)
+
+    def _fill(self, runs: list[dict]) -> None:
+        table = self.query_one(DataTable)
+        selected = self.row_ids[table.cursor_row] if self.row_ids and table.row_count else None
+        table.clear()
+        self.row_ids = []
+        now = self.source.now()
+        for run in runs:
+            table.add_row(
+                fmt.short_id(run["id"]), run["agent_name"], fmt.ago(run["started_at"], now),
+                fmt.duration(run["duration_ms"]), str(run["step_count"]), status_text(run),
+                Text(" LOOP ", style="bold white on red") if run["loop_detected"] else "",
+                fmt.tokens(run["input_tokens"] + run["output_tokens"]), fmt.money(run["cost_usd"]),
+                key=run["id"],
+            )  # fmt: skip
+            self.row_ids.append(run["id"])
+        if selected in self.row_ids:  # keep the cursor on the same run as rows arrive
+            table.move_cursor(row=self.row_ids.index(selected))
+
+    def _show_filters(self, runs: list[dict]) -> None:
+        looping = sum(1 for run in runs if run["loop_detected"])
+        loop_rate = fmt.rate(looping / len(runs) if runs else None)
+        shown = [f"{len(runs)} runs", f"loop rate {loop_rate}"]
+        if self.loops_only:
+            shown.append("looping only")
+        if STATUSES[self.status_index]:
+            shown.append(f"status {STATUSES[self.status_index]}")
+        if self.agent:
+            shown.append(f"agent {self.agent}")
+        if self.query_text:
+            shown.append(f"search “{self.query_text}”")
+        self.query_one("#filters", Static).update(" · ".join(shown))
+
+    # -- actions -----------------------------------------------------------
+
+    def action_refresh(self) -> None:
+        self.reload()
+
+    def action_toggle_loops(self) -> None:
+        self.loops_only = not self.loops_only
+        self.reload()
+
+    def action_cycle_status(self) -> None:
+        self.status_index = (self.status_index + 1) % len(STATUSES)
+        self.reload()
+
+    def action_cycle_agent(self) -> None:
+        choices = [None, *self.agents]
+        self.agent = choices[(choices.index(self.agent) + 1) % len(choices)]
+        self.reload()
+
+    def action_search(self) -> None:
+        search = self.query_one("#search", Input)
+        search.add_class("visible")
+        search.focus()
+
+    def action_clear_search(self) -> None:
+        search = self.query_one("#search", Input)
+        search.value = ""
+        search.remove_class("visible")
+        self.query_text = ""
+        self.query_one(DataTable).focus()
+        self.reload()
+
+    @on(Input.Submitted, "#search")
+    def apply_search(self, event: Input.Submitted) -> None:
+        self.query_text = event.value.strip()
+        self.query_one(DataTable).focus()
+        self.reload()
+
+    @on(DataTable.RowSelected, "#runs")
+    def open_run(self, event: DataTable.RowSelected) -> None:
+        from keelwave.tui.run_screen import RunScreen
+
+        self.app.push_screen(RunScreen(self.source, str(event.row_key.value)))

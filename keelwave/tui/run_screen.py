@@ -86,8 +86,9 @@ class RunScreen(Screen):
         text.append(run["agent_name"], style="bold")
         text.append(f"  {run['id']}\n", style="dim")
         text.append("status ", style="dim")
-        text.append_text(status_text(run))
-        if run["termination_reason"]:
+        shown = status_text(run)
+        text.append_text(shown)
+        if run["termination_reason"] and run["termination_reason"] != shown.plain:
             text.append(f" ({run['termination_reason']})", style="dim")
         if run["loop_detected"]:
             text.append("   LOOP", style="bold white on red")

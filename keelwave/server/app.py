@@ -94,4 +94,7 @@ async def _configure_connection(conn: psycopg.AsyncConnection) -> None:
     await conn.execute("SET TIME ZONE 'UTC'")
     # Requests are short queries; JIT compilation would cost more than it saves.
     await conn.execute("SET jit = off")
+    # Always plan with the real parameters: a time window of a week and an empty
+    # one need different plans, and a generic plan would scan for both.
+    await conn.execute("SET plan_cache_mode = force_custom_plan")
     await conn.execute(writes.STAGING_DDL[-1])

@@ -22,10 +22,17 @@ def _only_revisions(record: logging.LogRecord) -> bool:
 
 
 def _run(action, database_url: str | None, data_dir, *args) -> None:  # noqa: ANN001
-    # alembic reports each revision it runs through logging; show those lines only.
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    for handler in logging.getLogger().handlers:
+    # alembic reports each revision it runs through logging; show those lines only,
+    # on a handler of our own (the root logger's handlers are not ours to filter).
+    migration_log = logging.getLogger("alembic.runtime.migration")
+    if not any(getattr(h, "_keelwave", False) for h in migration_log.handlers):
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(message)s"))
         handler.addFilter(_only_revisions)
+        handler._keelwave = True  # type: ignore[attr-defined]
+        migration_log.addHandler(handler)
+    migration_log.setLevel(logging.INFO)
+    migration_log.propagate = False
     settings = settings_from(database_url=database_url, data_dir=data_dir)
     with connected(settings) as conninfo:
         try:

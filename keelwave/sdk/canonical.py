@@ -31,7 +31,13 @@ import json
 import math
 import pathlib
 import uuid
+from json.encoder import encode_basestring_ascii  # type: ignore[attr-defined]
 from typing import Any
+
+try:  # CPython's accelerated encoder; other interpreters use the pure-Python one
+    from _json import make_encoder as c_make_encoder
+except ImportError:  # pragma: no cover
+    c_make_encoder = None
 
 _STR_LIKE = (datetime.date, datetime.time, datetime.timedelta, uuid.UUID, decimal.Decimal,
              pathlib.PurePath)  # fmt: skip
@@ -58,14 +64,23 @@ def _replace(value: Any) -> Any:
     return f"<{type(value).__name__}>"
 
 
-# json.dumps(value, sort_keys=True) with the fallbacks; built once, because
-# constructing an encoder on every call costs as much as the encoding itself.
+# json.dumps(value, sort_keys=True) with the fallbacks, built once: constructing
+# an encoder per call costs more than the encoding. Where CPython's C encoder is
+# there it is called directly (json.dumps makes one per call); without circular
+# checks, since a cycle ends in RecursionError and the slow path anyway.
 _ENCODER = json.JSONEncoder(sort_keys=True, allow_nan=False, default=_replace)
+_C_ENCODER = (
+    c_make_encoder(None, _replace, encode_basestring_ascii, None, ": ", ", ", True, False, False)
+    if c_make_encoder is not None
+    else None
+)
 
 
 def canonical_json(value: Any) -> str:
     """The canonical JSON text of ``value``; never raises."""
     try:
+        if _C_ENCODER is not None:
+            return "".join(_C_ENCODER(value, 0))
         return _ENCODER.encode(value)
     except (TypeError, ValueError, RecursionError):
         return json.dumps(_sanitise(value, set()), sort_keys=True, allow_nan=False)

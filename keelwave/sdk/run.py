@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import itertools
 import json
-import threading
 import time
 import uuid
 from datetime import UTC, datetime
@@ -61,7 +60,6 @@ class Run:
         self._indices = itertools.count(1)
         self._last_index = 0
         self._first_seen: dict[bytes, int] = {}
-        self._lock = threading.Lock()
         body: dict[str, Any] = {"id": self.id, "agent_name": name, "started_at": _now()}
         if parent is not None:
             body["parent_run_id"] = parent.id
@@ -90,7 +88,8 @@ class Run:
     def next_step_index(self) -> int:
         """Take the next step index; raises MaxStepsExceeded past ``max_steps``."""
         index = next(self._indices)
-        self._last_index = max(self._last_index, index)
+        if index > self._last_index:
+            self._last_index = index
         if self.max_steps is not None and index > self.max_steps:
             raise MaxStepsExceeded(self.max_steps)
         return index
@@ -155,8 +154,8 @@ class Run:
         return self._check(fingerprint(name, canonical_json(input)), self._last_index)
 
     def _check(self, digest: bytes, index: int) -> bool:
-        with self._lock:
-            first = self._first_seen.setdefault(digest, index)
+        # dict.setdefault is atomic: threads sharing a run agree on the first index.
+        first = self._first_seen.setdefault(digest, index)
         if first == index:
             return False
         self.mark_loop(step_index=first)  # only the first repeat counts

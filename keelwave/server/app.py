@@ -14,7 +14,17 @@ import psycopg
 from aiohttp import web
 from psycopg_pool import AsyncConnectionPool
 
-from keelwave.server import aggregates, appkeys, health, ingest, loops, openapi, runs, writes
+from keelwave.server import (
+    aggregates,
+    appkeys,
+    dashboard,
+    health,
+    ingest,
+    loops,
+    openapi,
+    runs,
+    writes,
+)
 from keelwave.server.auth import KeyStore
 from keelwave.server.errors import error_middleware
 from keelwave.server.lifecycle import Reaper
@@ -44,6 +54,7 @@ def create_app(
     # Before runs: /runs/timeseries and /runs/terminations must not match /runs/{run_id}.
     app.add_routes(aggregates.routes)
     app.add_routes(runs.routes)
+    dashboard.setup(app)  # last: it answers every path the API does not
     return app
 
 

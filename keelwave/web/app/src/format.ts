@@ -1,0 +1,52 @@
+// Numbers for people; the same rules as the CLI (keelwave/remote/format.py).
+
+export function duration(ms: number | null | undefined): string {
+  if (ms === null || ms === undefined) return "—";
+  if (ms < 1000) return `${Math.round(ms)} ms`;
+  const seconds = ms / 1000;
+  if (seconds < 60) return `${seconds.toFixed(1)} s`;
+  const minutes = Math.floor(seconds / 60);
+  if (minutes < 60) return `${minutes}m ${String(Math.floor(seconds % 60)).padStart(2, "0")}s`;
+  return `${Math.floor(minutes / 60)}h ${String(minutes % 60).padStart(2, "0")}m`;
+}
+
+export function ago(iso: string | null | undefined): string {
+  if (!iso) return "—";
+  const seconds = (Date.now() - new Date(iso).getTime()) / 1000;
+  if (seconds < 0) return "just now";
+  if (seconds < 60) return `${Math.floor(seconds)}s ago`;
+  if (seconds < 3600) return `${Math.floor(seconds / 60)}m ago`;
+  if (seconds < 86400) return `${Math.floor(seconds / 3600)}h ago`;
+  return `${Math.floor(seconds / 86400)}d ago`;
+}
+
+export function tokens(count: number | null | undefined): string {
+  if (!count) return "0";
+  if (count < 1000) return String(count);
+  if (count < 1_000_000) return `${(count / 1000).toFixed(1)}k`;
+  return `${(count / 1_000_000).toFixed(2)}M`;
+}
+
+export function money(usd: number | null | undefined): string {
+  if (usd === null || usd === undefined) return "—";
+  if (usd === 0) return "$0";
+  if (usd < 0.01) return `$${usd.toFixed(3)}`;
+  return `$${usd.toFixed(2)}`;
+}
+
+export function rate(value: number | null | undefined): string {
+  return value === null || value === undefined ? "—" : `${(value * 100).toFixed(1)}%`;
+}
+
+export function change(current: number | null, previous: number | null, points = false): string {
+  if (current === null || previous === null || current === undefined || previous === undefined) return "—";
+  if (points) {
+    const delta = (current - previous) * 100;
+    return `${delta >= 0 ? "+" : ""}${delta.toFixed(1)} pts`;
+  }
+  if (previous === 0) return current ? "new" : "—";
+  const pct = ((current - previous) / previous) * 100;
+  return `${pct >= 0 ? "+" : ""}${pct.toFixed(0)}%`;
+}
+
+export const shortId = (id: string) => id.slice(0, 8);

@@ -1,0 +1,58 @@
+import { StrictMode, useEffect, useState } from "react";
+import { createRoot } from "react-dom/client";
+import { ApiError, Me, get, storeKey, storedKey } from "./api";
+import { Link, navigate, usePath } from "./router";
+import { SignIn } from "./pages/SignIn";
+import { Overview } from "./pages/Overview";
+import { Runs } from "./pages/Runs";
+import { RunDetail } from "./pages/RunDetail";
+import { Tools } from "./pages/Tools";
+import "./styles.css";
+
+function App() {
+  const path = usePath();
+  const [me, setMe] = useState<Me | null>(null);
+  const [checking, setChecking] = useState<boolean>(!!storedKey());
+  const [problem, setProblem] = useState<string | null>(null);
+
+  useEffect(() => {
+    const key = storedKey();
+    if (!key) return;
+    get<{ data: Me }>("/v1/me", {}, key)
+      .then((answer) => setMe(answer.data))
+      .catch((error: ApiError) => {
+        if (error.status === 401) storeKey(null);
+        setProblem(error.message);
+      })
+      .finally(() => setChecking(false));
+  }, []);
+
+  if (checking) return <div className="center muted">Checking your key…</div>;
+  if (!me) return <SignIn problem={problem} onSignedIn={(who) => { setMe(who); setProblem(null); }} />;
+
+  const signOut = () => { storeKey(null); setMe(null); navigate("/"); };
+  const pathname = path.split("?")[0];
+  let page: React.ReactNode;
+  if (pathname.startsWith("/runs/")) page = <RunDetail me={me} runId={decodeURIComponent(pathname.slice(6))} />;
+  else if (pathname === "/runs") page = <Runs me={me} />;
+  else if (pathname === "/tools") page = <Tools me={me} />;
+  else page = <Overview me={me} />;
+  const tab = (to: string, label: string) => (
+    <Link to={to} className={(to === "/" ? pathname === "/" : pathname.startsWith(to)) ? "tab active" : "tab"}>{label}</Link>
+  );
+
+  return (
+    <div className="shell">
+      <header className="top">
+        <Link to="/" className="brand">keelwave</Link>
+        <nav aria-label="Pages">{tab("/", "Overview")}{tab("/runs", "Runs")}{tab("/tools", "Tools")}</nav>
+        <span className="spacer" />
+        <span className="muted project">project {me.project}</span>
+        <button className="ghost" onClick={signOut}>Sign out</button>
+      </header>
+      <main>{page}</main>
+    </div>
+  );
+}
+
+createRoot(document.getElementById("root")!).render(<StrictMode><App /></StrictMode>);

@@ -1,0 +1,34 @@
+// A small history router: the app has five pages, which does not need a library.
+import { useEffect, useState } from "react";
+
+export function navigate(to: string): void {
+  history.pushState(null, "", to);
+  window.dispatchEvent(new PopStateEvent("popstate"));
+}
+
+export function usePath(): string {
+  const [path, setPath] = useState(location.pathname + location.search);
+  useEffect(() => {
+    const update = () => setPath(location.pathname + location.search);
+    window.addEventListener("popstate", update);
+    return () => window.removeEventListener("popstate", update);
+  }, []);
+  return path;
+}
+
+export function Link(props: { to: string; className?: string; children: React.ReactNode; title?: string }) {
+  return (
+    <a
+      href={props.to}
+      className={props.className}
+      title={props.title}
+      onClick={(event) => {
+        if (event.metaKey || event.ctrlKey || event.shiftKey || event.button !== 0) return;
+        event.preventDefault();
+        navigate(props.to);
+      }}
+    >
+      {props.children}
+    </a>
+  );
+}

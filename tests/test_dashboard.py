@@ -1,0 +1,199 @@
+"""The web dashboard in real headless Chromium (Debian's), against `keelwave serve`
+with known data. Screenshots of each page go to tests/artifacts/."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+
+import httpx
+import psycopg
+import pytest
+from serve_process import ServeProcess
+
+from keelwave.db import keys as key_store
+
+sync_api = pytest.importorskip("playwright.sync_api")
+CHROMIUM = "/usr/bin/chromium"
+if not os.path.exists(CHROMIUM):
+    pytest.skip("Debian's chromium is not installed", allow_module_level=True)
+
+ARTIFACTS = Path(__file__).parent / "artifacts"
+LOOP_RUN = str(uuid.uuid4())
+CHILD_RUN = str(uuid.uuid4())
+ERROR_RUN = str(uuid.uuid4())
+OPEN_RUN = str(uuid.uuid4())
+
+
+@pytest.fixture(scope="module")
+def server(db_url: str, tmp_path_factory):
+    process = ServeProcess("--database-url", db_url,
+                           log=tmp_path_factory.mktemp("web") / "serve.log")
+    yield process
+    process.stop()
+    process.kill()
+
+
+@pytest.fixture(scope="module")
+def keys(server, db_url) -> dict[str, str]:
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        made = {scope: key_store.create_key(conn, "web", scope).key
+                for scope in ("read", "ingest", "all")}
+    with httpx.Client(base_url=server.url,
+                      headers={"Authorization": f"Bearer {made['ingest']}"}) as http:
+        for run_id, agent, extra in ((LOOP_RUN, "research-agent", {}),
+                                     (CHILD_RUN, "summarizer-agent", {"parent_run_id": LOOP_RUN}),
+                                     (ERROR_RUN, "sql-agent", {}), (OPEN_RUN, "planner-agent", {})):
+            http.post("/v1/ingest/agent/runs",
+                      json={"id": run_id, "agent_name": agent, **extra}).raise_for_status()
+        steps = [{"run_id": LOOP_RUN, "step_index": i, "tool_name": "web_search",
+                  "tool_input": {"q": "what is keelwave?"}, "tool_output": {"hits": 3},
+                  "duration_ms": 250} for i in range(1, 6)]
+        steps += [{"run_id": LOOP_RUN, "step_index": 6, "step_type": "think",
+                   "content": "Same results again."},
+                  {"run_id": ERROR_RUN, "step_index": 1, "tool_name": "run_sql",
+                   "tool_input": {"query": "DROP TABLE x"}, "error": "permission denied"},
+                  {"run_id": OPEN_RUN, "step_index": 1, "tool_name": "fetch_url",
+                   "tool_input": {"url": "https://example.com"}}]
+        http.post("/v1/ingest/agent/steps", json=steps).raise_for_status()
+        http.post("/v1/ingest/ai", json=[
+            {"run_id": LOOP_RUN, "step_index": 1, "provider": "openai", "model": "gpt-4o",
+             "input_tokens": 5000, "output_tokens": 300, "latency_ms": 900},
+            {"run_id": ERROR_RUN, "provider": "anthropic", "model": "claude-sonnet-4-5",
+             "input_tokens": 800, "output_tokens": 0, "status": "error", "error": "overloaded"},
+        ]).raise_for_status()
+        for run_id, finish in ((LOOP_RUN, {"termination_reason": "loop_detected",
+                                           "loop_detected": True, "loop_step_index": 1}),
+                               (CHILD_RUN, {"termination_reason": "clean"}),
+                               (ERROR_RUN, {"termination_reason": "error",
+                                            "error": "permission denied"})):
+            http.post(f"/v1/ingest/agent/runs/{run_id}/finish", json=finish).raise_for_status()
+    return made
+
+
+@pytest.fixture(scope="module")
+def browser():
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_api.sync_playwright() as playwright:
+        launched = playwright.chromium.launch(
+            executable_path=CHROMIUM,
+            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync", "--no-first-run"],
+        )
+        yield launched
+        launched.close()
+
+
+@pytest.fixture
+def page(browser):
+    context = browser.new_context(viewport={"width": 1280, "height": 800})
+    requested: list[str] = []
+    context.on("request", lambda request: requested.append(request.url))
+    tab = context.new_page()
+    tab.requested = requested  # type: ignore[attr-defined]
+    yield tab
+    context.close()
+
+
+def sign_in(page, server, key: str) -> None:
+    page.goto(server.url + "/")
+    page.get_by_label("API key").fill(key)
+    page.get_by_role("button", name="Sign in").click()
+
+
+def test_sign_in_refuses_bad_keys_and_remembers_a_good_one(server, keys, page) -> None:
+    sign_in(page, server, "kw_" + "n" * 43)
+    sync_api.expect(page.get_by_role("alert")).to_contain_text("refused")
+    page.screenshot(path=ARTIFACTS / "sign-in-refused.png")
+    page.get_by_label("API key").fill(keys["ingest"])
+    page.get_by_role("button", name="Sign in").click()
+    sync_api.expect(page.get_by_role("alert")).to_contain_text("only send data")
+    page.get_by_label("API key").fill(keys["read"])
+    page.get_by_role("button", name="Sign in").click()
+    sync_api.expect(page.get_by_role("heading", name="Overview")).to_be_visible()
+    page.reload()  # the key is kept in the browser
+    sync_api.expect(page.get_by_role("heading", name="Overview")).to_be_visible()
+    page.get_by_role("button", name="Sign out").click()
+    sync_api.expect(page.get_by_label("API key")).to_be_visible()
+    assert not any("kw_" in url for url in page.requested)  # the key never goes in a URL
+
+
+def test_overview_cards_chart_and_window(server, keys, page) -> None:
+    sign_in(page, server, keys["read"])
+    sync_api.expect(page.get_by_text("Loop rate")).to_be_visible()
+    cards = page.locator(".cards")
+    sync_api.expect(cards).to_contain_text("25.0%")  # 1 looping run of 4
+    sync_api.expect(page.get_by_role("img", name="Runs, loops and errors over time")).to_be_visible()
+    sync_api.expect(page.locator("table.mix")).to_contain_text("loop_detected")
+    sync_api.expect(page.locator("table.mix")).to_contain_text("not finished yet")
+    health = page.locator("table").last
+    sync_api.expect(health).to_contain_text("research-agent")
+    page.screenshot(path=ARTIFACTS / "overview.png", full_page=True)
+    page.get_by_role("button", name="7d").click()
+    sync_api.expect(page.get_by_role("button", name="7d")).to_have_attribute("aria-pressed", "true")
+    sync_api.expect(cards).to_contain_text("25.0%")
+    page.screenshot(path=ARTIFACTS / "overview-7d.png", full_page=True)
+
+
+def test_runs_loop_band_and_step_inspector(server, keys, page) -> None:
+    sign_in(page, server, keys["read"])
+    page.get_by_role("link", name="Runs").click()
+    looping_row = page.locator("tr", has_text=LOOP_RUN[:8])
+    sync_api.expect(looping_row.get_by_text("LOOP", exact=True)).to_be_visible()
+    sync_api.expect(page.get_by_text("loop rate")).to_be_visible()
+    page.screenshot(path=ARTIFACTS / "runs.png", full_page=True)
+    page.get_by_label("looping only").check()
+    sync_api.expect(page.locator("tbody tr")).to_have_count(1)
+    page.get_by_label("looping only").uncheck()
+
+    looping_row.get_by_role("link").click()
+    sync_api.expect(page.get_by_role("heading", name="research-agent")).to_be_visible()
+    sync_api.expect(page.get_by_text("step 1", exact=True)).to_be_visible()  # loop began at
+    band = page.get_by_role("button", name="web_search ×5")
+    sync_api.expect(band).to_contain_text("steps 1–5")
+    band.click()
+    sync_api.expect(band).to_have_attribute("aria-expanded", "true")
+    repeated = page.locator("ol.timeline ol li")
+    sync_api.expect(repeated).to_have_count(5)
+    repeated.nth(2).get_by_role("button").click()
+    inspector = page.get_by_label("Step inspector")
+    sync_api.expect(inspector).to_contain_text("step 3")
+    sync_api.expect(inspector).to_contain_text('"q": "what is keelwave?"')
+    sync_api.expect(inspector).to_contain_text("5 times in this run")
+    sync_api.expect(page.get_by_text("gpt-4o")).to_be_visible()  # model calls
+    page.screenshot(path=ARTIFACTS / "run-detail.png", full_page=True)
+
+    page.get_by_role("link", name=CHILD_RUN[:8]).click()  # a child run
+    sync_api.expect(page.get_by_role("heading", name="summarizer-agent")).to_be_visible()
+    page.get_by_role("link", name=LOOP_RUN[:8]).click()  # and its parent
+    sync_api.expect(page.get_by_role("heading", name="research-agent")).to_be_visible()
+
+
+def test_deep_link_survives_reload_and_errors_are_plain(server, keys, page) -> None:
+    sign_in(page, server, keys["read"])
+    sync_api.expect(page.get_by_role("heading", name="Overview")).to_be_visible()
+    page.goto(f"{server.url}/runs/{ERROR_RUN}")
+    sync_api.expect(page.get_by_role("heading", name="sql-agent")).to_be_visible()
+    sync_api.expect(page.locator("p.error")).to_contain_text("permission denied")
+    page.reload()
+    sync_api.expect(page.get_by_role("heading", name="sql-agent")).to_be_visible()
+    page.goto(f"{server.url}/runs/{uuid.uuid4()}")
+    sync_api.expect(page.get_by_role("alert")).to_contain_text("not found")
+    page.goto(f"{server.url}/tools")
+    sync_api.expect(page.locator("table")).to_contain_text("web_search")
+    page.screenshot(path=ARTIFACTS / "tools.png", full_page=True)
+    page.set_viewport_size({"width": 420, "height": 800})  # a narrow window
+    page.goto(f"{server.url}/runs/{LOOP_RUN}")
+    sync_api.expect(page.get_by_role("button", name="web_search ×5")).to_be_visible()
+    page.screenshot(path=ARTIFACTS / "run-detail-narrow.png", full_page=True)
+
+
+def test_security_headers_and_no_cors(server) -> None:
+    for path in ("/", "/runs/x", "/v1/me"):
+        response = httpx.get(server.url + path, headers={"Origin": "https://evil.example"})
+        assert "default-src 'self'" in response.headers["Content-Security-Policy"]
+        assert response.headers["X-Content-Type-Options"] == "nosniff"
+        assert response.headers["X-Frame-Options"] == "DENY"
+        assert "Access-Control-Allow-Origin" not in response.headers
+    assert httpx.get(server.url + "/v1/nothing").json()["error"]["code"] == "not_found"

@@ -197,3 +197,16 @@ def test_security_headers_and_no_cors(server) -> None:
         assert response.headers["X-Frame-Options"] == "DENY"
         assert "Access-Control-Allow-Origin" not in response.headers
     assert httpx.get(server.url + "/v1/nothing").json()["error"]["code"] == "not_found"
+
+
+def test_dark_theme_follows_the_system(server, keys, browser) -> None:
+    context = browser.new_context(viewport={"width": 1280, "height": 800}, color_scheme="dark")
+    page = context.new_page()
+    sign_in(page, server, keys["read"])
+    sync_api.expect(page.get_by_role("heading", name="Overview")).to_be_visible()
+    background = page.evaluate("getComputedStyle(document.documentElement).backgroundColor")
+    assert background == "rgb(19, 20, 23)"  # the dark palette's --bg
+    page.goto(f"{server.url}/runs/{LOOP_RUN}")
+    page.get_by_role("button", name="web_search ×5").click()
+    page.screenshot(path=ARTIFACTS / "run-detail-dark.png", full_page=True)
+    context.close()

@@ -46,6 +46,12 @@ class Settings(BaseSettings):
         ge=1,
         description="Most rows written in one group-commit transaction.",
     )
+    writer_lanes: int = Field(
+        default=2,
+        ge=1,
+        le=16,
+        description="Connections committing ingest batches in parallel (per server process).",
+    )
     buffer_max_rows: int = Field(
         default=200_000,
         ge=1,

@@ -28,8 +28,9 @@ OPEN_RUN = str(uuid.uuid4())
 
 @pytest.fixture(scope="module")
 def server(db_url: str, tmp_path_factory):
-    process = ServeProcess("--database-url", db_url,
-                           log=tmp_path_factory.mktemp("web") / "serve.log")
+    process = ServeProcess(
+        "--database-url", db_url, log=tmp_path_factory.mktemp("web") / "serve.log"
+    )
     yield process
     process.stop()
     process.kill()
@@ -38,36 +39,90 @@ def server(db_url: str, tmp_path_factory):
 @pytest.fixture(scope="module")
 def keys(server, db_url) -> dict[str, str]:
     with psycopg.connect(db_url, autocommit=True) as conn:
-        made = {scope: key_store.create_key(conn, "web", scope).key
-                for scope in ("read", "ingest", "all")}
-    with httpx.Client(base_url=server.url,
-                      headers={"Authorization": f"Bearer {made['ingest']}"}) as http:
-        for run_id, agent, extra in ((LOOP_RUN, "research-agent", {}),
-                                     (CHILD_RUN, "summarizer-agent", {"parent_run_id": LOOP_RUN}),
-                                     (ERROR_RUN, "sql-agent", {}), (OPEN_RUN, "planner-agent", {})):
-            http.post("/v1/ingest/agent/runs",
-                      json={"id": run_id, "agent_name": agent, **extra}).raise_for_status()
-        steps = [{"run_id": LOOP_RUN, "step_index": i, "tool_name": "web_search",
-                  "tool_input": {"q": "what is keelwave?"}, "tool_output": {"hits": 3},
-                  "duration_ms": 250} for i in range(1, 6)]
-        steps += [{"run_id": LOOP_RUN, "step_index": 6, "step_type": "think",
-                   "content": "Same results again."},
-                  {"run_id": ERROR_RUN, "step_index": 1, "tool_name": "run_sql",
-                   "tool_input": {"query": "DROP TABLE x"}, "error": "permission denied"},
-                  {"run_id": OPEN_RUN, "step_index": 1, "tool_name": "fetch_url",
-                   "tool_input": {"url": "https://example.com"}}]
+        made = {
+            scope: key_store.create_key(conn, "web", scope).key
+            for scope in ("read", "ingest", "all")
+        }
+    with httpx.Client(
+        base_url=server.url, headers={"Authorization": f"Bearer {made['ingest']}"}
+    ) as http:
+        for run_id, agent, extra in (
+            (LOOP_RUN, "research-agent", {}),
+            (CHILD_RUN, "summarizer-agent", {"parent_run_id": LOOP_RUN}),
+            (ERROR_RUN, "sql-agent", {}),
+            (OPEN_RUN, "planner-agent", {}),
+        ):
+            http.post(
+                "/v1/ingest/agent/runs", json={"id": run_id, "agent_name": agent, **extra}
+            ).raise_for_status()
+        steps = [
+            {
+                "run_id": LOOP_RUN,
+                "step_index": i,
+                "tool_name": "web_search",
+                "tool_input": {"q": "what is keelwave?"},
+                "tool_output": {"hits": 3},
+                "duration_ms": 250,
+            }
+            for i in range(1, 6)
+        ]
+        steps += [
+            {
+                "run_id": LOOP_RUN,
+                "step_index": 6,
+                "step_type": "think",
+                "content": "Same results again.",
+            },
+            {
+                "run_id": ERROR_RUN,
+                "step_index": 1,
+                "tool_name": "run_sql",
+                "tool_input": {"query": "DROP TABLE x"},
+                "error": "permission denied",
+            },
+            {
+                "run_id": OPEN_RUN,
+                "step_index": 1,
+                "tool_name": "fetch_url",
+                "tool_input": {"url": "https://example.com"},
+            },
+        ]
         http.post("/v1/ingest/agent/steps", json=steps).raise_for_status()
-        http.post("/v1/ingest/ai", json=[
-            {"run_id": LOOP_RUN, "step_index": 1, "provider": "openai", "model": "gpt-4o",
-             "input_tokens": 5000, "output_tokens": 300, "latency_ms": 900},
-            {"run_id": ERROR_RUN, "provider": "anthropic", "model": "claude-sonnet-4-5",
-             "input_tokens": 800, "output_tokens": 0, "status": "error", "error": "overloaded"},
-        ]).raise_for_status()
-        for run_id, finish in ((LOOP_RUN, {"termination_reason": "loop_detected",
-                                           "loop_detected": True, "loop_step_index": 1}),
-                               (CHILD_RUN, {"termination_reason": "clean"}),
-                               (ERROR_RUN, {"termination_reason": "error",
-                                            "error": "permission denied"})):
+        http.post(
+            "/v1/ingest/ai",
+            json=[
+                {
+                    "run_id": LOOP_RUN,
+                    "step_index": 1,
+                    "provider": "openai",
+                    "model": "gpt-4o",
+                    "input_tokens": 5000,
+                    "output_tokens": 300,
+                    "latency_ms": 900,
+                },
+                {
+                    "run_id": ERROR_RUN,
+                    "provider": "anthropic",
+                    "model": "claude-sonnet-4-5",
+                    "input_tokens": 800,
+                    "output_tokens": 0,
+                    "status": "error",
+                    "error": "overloaded",
+                },
+            ],
+        ).raise_for_status()
+        for run_id, finish in (
+            (
+                LOOP_RUN,
+                {
+                    "termination_reason": "loop_detected",
+                    "loop_detected": True,
+                    "loop_step_index": 1,
+                },
+            ),
+            (CHILD_RUN, {"termination_reason": "clean"}),
+            (ERROR_RUN, {"termination_reason": "error", "error": "permission denied"}),
+        ):
             http.post(f"/v1/ingest/agent/runs/{run_id}/finish", json=finish).raise_for_status()
     return made
 
@@ -78,8 +133,14 @@ def browser():
     with sync_api.sync_playwright() as playwright:
         launched = playwright.chromium.launch(
             executable_path=CHROMIUM,
-            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                  "--disable-component-update", "--disable-sync", "--no-first-run"],
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--no-first-run",
+            ],
         )
         yield launched
         launched.close()
@@ -124,7 +185,8 @@ def test_overview_cards_chart_and_window(server, keys, page) -> None:
     sync_api.expect(page.get_by_text("Loop rate")).to_be_visible()
     cards = page.locator(".cards")
     sync_api.expect(cards).to_contain_text("25.0%")  # 1 looping run of 4
-    sync_api.expect(page.get_by_role("img", name="Runs, loops and errors over time")).to_be_visible()
+    chart = page.get_by_role("img", name="Runs, loops and errors over time")
+    sync_api.expect(chart).to_be_visible()
     sync_api.expect(page.locator("table.mix")).to_contain_text("loop_detected")
     sync_api.expect(page.locator("table.mix")).to_contain_text("not finished yet")
     health = page.locator("table").last

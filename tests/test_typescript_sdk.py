@@ -46,10 +46,20 @@ def test_node_suite_against_a_real_server(built_sdk: Path, db_url: str, tmp_path
         read = key_store.create_key(conn, "typescript", "read").key
     server = ServeProcess("--database-url", db_url, log=tmp_path / "serve.log")
     try:
-        env = {**os.environ, "KEELWAVE_TEST_ENDPOINT": server.url,
-               "KEELWAVE_TEST_INGEST_KEY": ingest, "KEELWAVE_TEST_READ_KEY": read}
-        result = subprocess.run(["node", "--test", "test/"], cwd=built_sdk, env=env,
-                                capture_output=True, text=True, timeout=300)
+        env = {
+            **os.environ,
+            "KEELWAVE_TEST_ENDPOINT": server.url,
+            "KEELWAVE_TEST_INGEST_KEY": ingest,
+            "KEELWAVE_TEST_READ_KEY": read,
+        }
+        result = subprocess.run(
+            ["node", "--test", "test/"],
+            cwd=built_sdk,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
         assert "# fail 0" in result.stdout
         assert "# skipped 0" in result.stdout  # the server tests really ran

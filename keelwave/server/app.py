@@ -80,7 +80,11 @@ async def _database(app: web.Application) -> AsyncIterator[None]:
     # wait=False: serve (and answer /readyz with 503) even if the database is down.
     await pool.open(wait=False)
     writer = IngestWriter(
-        conninfo, settings.flush_max_rows, settings.buffer_max_rows, connect_timeout
+        conninfo,
+        settings.flush_max_rows,
+        settings.buffer_max_rows,
+        connect_timeout,
+        lanes=settings.writer_lanes,
     )
     writer.start()
     keystore = KeyStore(pool, conninfo, settings.key_cache_seconds)

@@ -35,6 +35,7 @@ NOT_BUILT = """<!doctype html><meta charset="utf-8"><title>keelwave</title>
 <code>cd keelwave/web/app &amp;&amp; npm ci &amp;&amp; npm run build</code>;
 the API works meanwhile (see docs/api.md).</p>"""
 
+
 async def add_security_headers(request: web.Request, response: web.StreamResponse) -> None:
     for name, value in SECURITY_HEADERS.items():
         response.headers.setdefault(name, value)

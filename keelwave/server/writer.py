@@ -1,9 +1,9 @@
 """Group commit: many ingest requests, one COPY and one commit.
 
-A request hands its rows to :meth:`IngestWriter.write` and waits. One flusher
-task per server process takes everything that is waiting (up to
-``flush_max_rows``), writes it in one transaction and then answers every
-request in the batch. While a flush is in progress new requests pile up and go
+A request hands its rows to :meth:`IngestWriter.write` and waits. A flusher
+task (one per lane: a couple per server process) takes everything that is
+waiting (up to ``flush_max_rows``), writes it in one transaction and then
+answers every request in the batch. While a flush is in progress new requests pile up and go
 together into the next one, so under load a commit serves hundreds of
 requests, and with no load a request waits for just its own commit. A request
 is answered only after its rows are committed: acknowledged means durable.
@@ -80,18 +80,23 @@ class Submission:
 
 class IngestWriter:
     def __init__(
-        self, conninfo: str, flush_max_rows: int, buffer_max_rows: int, connect_timeout: int = 5
+        self,
+        conninfo: str,
+        flush_max_rows: int,
+        buffer_max_rows: int,
+        connect_timeout: int = 5,
+        lanes: int = 2,
     ) -> None:
-        self._conninfo = conninfo
-        self._connect_timeout = connect_timeout
         self._flush_max_rows = flush_max_rows
         self._buffer_max_rows = buffer_max_rows
         self._queue: deque[Submission] = deque()
         self._waiting_rows = 0
         self._wakeup = asyncio.Event()
         self._closing = False
-        self._task: asyncio.Task | None = None
-        self._conn: psycopg.AsyncConnection | None = None
+        # Several lanes, each a connection committing batches: while one waits on
+        # PostgreSQL, another fills the next batch. Run locks keep them apart.
+        self._lanes = [_Lane(conninfo, connect_timeout) for _ in range(max(1, lanes))]
+        self._tasks: list[asyncio.Task] = []
         self._rows_written = [0, 0, 0]  # per stage: runs, steps, model calls
 
     @property
@@ -99,17 +104,18 @@ class IngestWriter:
         return self._waiting_rows
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="keelwave-ingest-writer")
+        self._tasks = [
+            asyncio.create_task(self._run(lane), name=f"keelwave-ingest-writer-{number}")
+            for number, lane in enumerate(self._lanes)
+        ]
 
     async def close(self) -> None:
         """Commit everything already submitted, then stop."""
         self._closing = True
         self._wakeup.set()
-        if self._task is not None:
-            await self._task
-        if self._conn is not None:
-            await self._conn.close()
-            self._conn = None
+        await asyncio.gather(*self._tasks)
+        for lane in self._lanes:
+            await lane.drop()
 
     async def write(
         self,
@@ -133,16 +139,17 @@ class IngestWriter:
         # shield: a client that disconnects must not cancel a write others share.
         await asyncio.shield(future)
 
-    # -- flusher --------------------------------------------------------------
+    # -- flushers -------------------------------------------------------------
 
-    async def _run(self) -> None:
+    async def _run(self, lane: _Lane) -> None:
         while True:
-            await self._wakeup.wait()
-            self._wakeup.clear()
-            while self._queue:
-                await self._flush(self._take_batch())
-            if self._closing and not self._queue:
-                return
+            if not self._queue:
+                if self._closing:
+                    return
+                await self._wakeup.wait()
+                self._wakeup.clear()
+                continue
+            await self._flush(self._take_batch(), lane)
 
     def _take_batch(self) -> list[Submission]:
         batch = [self._queue.popleft()]
@@ -154,18 +161,18 @@ class IngestWriter:
         self._waiting_rows -= rows
         return batch
 
-    async def _flush(self, batch: list[Submission]) -> None:
+    async def _flush(self, batch: list[Submission], lane: _Lane) -> None:
         try:
-            await self._commit(batch)
+            await lane.commit(batch)
         except (psycopg.OperationalError, OSError) as error:
             log.warning("ingest flush failed, database unavailable: %s", error)
-            await self._drop_connection()
+            await lane.drop()
             _settle(batch, DatabaseUnavailable(str(error)))
         except psycopg.Error as error:
             if len(batch) > 1:
                 # Find the request PostgreSQL objects to; commit the others.
                 for submission in batch:
-                    await self._flush([submission])
+                    await self._flush([submission], lane)
                 return
             log.info("ingest rows rejected by the database: %s", error)
             _settle(batch, RowsRejected(_describe(error)))
@@ -174,23 +181,9 @@ class IngestWriter:
             _settle(batch, error)
         else:
             _settle(batch, None)
-            await self._analyze_young_tables(batch)
+            await self._analyze_young_tables(batch, lane)
 
-    async def _commit(self, batch: list[Submission]) -> None:
-        conn = await self._connection()
-        async with conn.transaction(), conn.cursor() as cur:
-            await cur.execute(writes.LOCK_SQL, (writes.LOCK_NAMESPACE, _lock_keys(batch)))
-            for position, stage, columns, statement in STAGES:
-                rows = [row for submission in batch for row in submission.rows[position]]
-                if not rows:
-                    continue
-                async with cur.copy(writes.copy_sql(stage, columns)) as copy:
-                    for seq, row in enumerate(rows):
-                        await copy.write_row((seq, *row))
-                await cur.execute(statement)
-            await cur.execute(writes.MERGE_ROLLUPS)
-
-    async def _analyze_young_tables(self, batch: list[Submission]) -> None:
+    async def _analyze_young_tables(self, batch: list[Submission], lane: _Lane) -> None:
         """Give the planner statistics early in a table's life.
 
         Until autovacuum first analyses it (a minute or more), a young table
@@ -206,11 +199,36 @@ class IngestWriter:
             self._rows_written[position] = after
             if any(before < mark <= after for mark in ANALYZE_AT_ROWS):
                 young.append(TABLE_OF_STAGE[stage])
-        if not young:
-            return
+        if young:
+            await lane.analyze(young)
+
+
+class _Lane:
+    """One writer connection and the transaction it commits a batch in."""
+
+    def __init__(self, conninfo: str, connect_timeout: int) -> None:
+        self._conninfo = conninfo
+        self._connect_timeout = connect_timeout
+        self._conn: psycopg.AsyncConnection | None = None
+
+    async def commit(self, batch: list[Submission]) -> None:
+        conn = await self._connection()
+        async with conn.transaction(), conn.cursor() as cur:
+            await cur.execute(writes.LOCK_SQL, (writes.LOCK_NAMESPACE, _lock_keys(batch)))
+            for position, stage, columns, statement in STAGES:
+                rows = [row for submission in batch for row in submission.rows[position]]
+                if not rows:
+                    continue
+                async with cur.copy(writes.copy_sql(stage, columns)) as copy:
+                    for seq, row in enumerate(rows):
+                        await copy.write_row((seq, *row))
+                await cur.execute(statement)
+            await cur.execute(writes.MERGE_ROLLUPS)
+
+    async def analyze(self, tables: list[str]) -> None:
         try:
             conn = await self._connection()
-            await conn.execute(f"ANALYZE {', '.join(young)}")
+            await conn.execute(f"ANALYZE {', '.join(tables)}")
         except psycopg.Error as error:
             log.debug("analyze skipped: %s", error)
 
@@ -234,7 +252,7 @@ class IngestWriter:
             self._conn = conn
         return self._conn
 
-    async def _drop_connection(self) -> None:
+    async def drop(self) -> None:
         if self._conn is not None:
             try:
                 await self._conn.close()

@@ -36,6 +36,12 @@ class Settings(BaseSettings):
     host: str = Field(default="127.0.0.1", description="Interface the HTTP server binds to.")
     port: int = Field(default=8080, ge=0, le=65535, description="HTTP port (0 picks a free one).")
 
+    workers: int | None = Field(
+        default=None,
+        ge=1,
+        le=64,
+        description="Server processes sharing the port; unset: one per core.",
+    )
     max_body_bytes: int = Field(
         default=10 * 1024 * 1024,
         ge=1024,

@@ -20,6 +20,8 @@ if not os.path.exists(CHROMIUM):
     pytest.skip("Debian's chromium is not installed", allow_module_level=True)
 
 ARTIFACTS = Path(__file__).parent / "artifacts"
+# The machines are shared and slow at times: wait longer than Playwright's 5 s default.
+sync_api.expect.set_options(timeout=20_000)
 LOOP_RUN = str(uuid.uuid4())
 CHILD_RUN = str(uuid.uuid4())
 ERROR_RUN = str(uuid.uuid4())

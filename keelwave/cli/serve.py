@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 from typing import Annotated
 
@@ -16,6 +17,7 @@ import psycopg
 import typer
 from aiohttp import web
 
+from keelwave.cli import workers as workers_mod
 from keelwave.cli.common import (
     DatabaseUrl,
     DataDir,
@@ -52,6 +54,14 @@ def serve(
     migrate: Annotated[
         bool, typer.Option("--migrate/--no-migrate", help="Apply pending migrations on start.")
     ] = True,
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="Server processes sharing the port (env KEELWAVE_WORKERS, default: one per core).",
+            show_default=False,
+        ),
+    ] = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
 ) -> None:
     """Run the keelwave server."""
@@ -59,7 +69,9 @@ def serve(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     logging.getLogger("alembic").setLevel(logging.WARNING)
-    settings = settings_from(host=host, port=port, database_url=database_url, data_dir=data_dir)
+    settings = settings_from(
+        host=host, port=port, database_url=database_url, data_dir=data_dir, workers=workers
+    )
     where = (
         redact(settings.database_url)
         if settings.database_url
@@ -79,10 +91,21 @@ def serve(
             prices = PriceTable.load(settings.prices_file)
         except PriceTableError as error:
             fail(str(error))
+        count = settings.workers or os.cpu_count() or 1
+        if count > 1 and settings.port == 0:
+            # Every process must bind the same port: choose it now.
+            settings = settings.model_copy(update={"port": workers_mod.free_port(settings.host)})
+        children: list = []
         try:
-            asyncio.run(_serve(settings, conninfo, where, first_key, prices))
+            asyncio.run(
+                _serve(settings, conninfo, where, first_key, prices, count,
+                       lambda: children.extend(workers_mod.start(count - 1, settings, conninfo)))
+            )  # fmt: skip
         except OSError as error:
             fail(f"cannot listen on {settings.host}:{settings.port}: {error.strerror or error}")
+        finally:
+            workers_mod.stop(children)
+        stdout.print("Stopped.")
 
 
 async def _serve(
@@ -91,6 +114,8 @@ async def _serve(
     where: str,
     first_key: key_store.CreatedKey | None,
     prices: PriceTable,
+    processes: int = 1,
+    start_others=lambda: None,  # noqa: ANN001
 ) -> None:
     app = create_app(settings, conninfo, prices)
     runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=30)
@@ -100,13 +125,15 @@ async def _serve(
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
     try:
-        site = web.TCPSite(runner, settings.host, settings.port)
+        site = web.TCPSite(runner, settings.host, settings.port, reuse_port=processes > 1)
         await site.start()
+        start_others()
         port = site._server.sockets[0].getsockname()[1]  # the real one when --port 0
         url = f"http://{_display_host(settings.host)}:{port}"
         if first_key is not None:
             _print_first_key(first_key, url)
-        stdout.print(f"keelwave listening on {url}  (database: {where})")
+        more = f", {processes} processes" if processes > 1 else ""
+        stdout.print(f"keelwave listening on {url}  (database: {where}{more})")
         stdout.print("Press Ctrl+C to stop.")
         await stop.wait()
         stdout.print("Shutting down: committing buffered data…")
@@ -114,7 +141,6 @@ async def _serve(
         # Stops accepting, lets in-flight requests finish, then the writer commits
         # what is buffered (app cleanup) before the pool closes.
         await runner.cleanup()
-    stdout.print("Stopped.")
 
 
 def _display_host(host: str) -> str:

@@ -1,0 +1,88 @@
+"""``keelwave serve --workers N``: several server processes on one port.
+
+One Python process uses one core; ingest parses JSON and fingerprints in
+Python, so a server uses every core by running one process per core, all
+listening on the same port (SO_REUSEPORT lets the kernel spread connections).
+The processes share nothing but the database, exactly as several machines
+would: the writer's run locks, NOTIFY for revoked keys and idempotent reapers
+make that safe.
+
+The first process sets up (embedded database, migrations, the first key) and
+serves too; the others are started afterwards with ``spawn`` and only serve.
+They stop when told (SIGTERM/SIGINT, forwarded by the first) or when the
+first process disappears, even by ``kill -9``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import os
+import signal
+import socket
+from typing import Any
+
+from aiohttp import web
+
+from keelwave.server.app import create_app
+from keelwave.server.pricing import PriceTable
+from keelwave.settings import Settings
+
+
+def free_port(host: str) -> int:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.bind((host, 0))
+        return probe.getsockname()[1]
+
+
+def start(count: int, settings: Settings, conninfo: str) -> list[multiprocessing.Process]:
+    context = multiprocessing.get_context("spawn")  # no fork of a process holding connections
+    processes = []
+    for number in range(count):
+        process = context.Process(
+            target=_worker,
+            args=(settings.model_dump(mode="json"), conninfo, os.getpid()),
+            name=f"keelwave-worker-{number + 1}",
+            daemon=True,
+        )
+        process.start()
+        processes.append(process)
+    return processes
+
+
+def stop(processes: list[multiprocessing.Process], timeout: float = 30) -> None:
+    """Ask every worker to commit what it holds and exit; wait for them."""
+    for process in processes:
+        if process.is_alive() and process.pid:
+            os.kill(process.pid, signal.SIGTERM)
+    for process in processes:
+        process.join(timeout)
+        if process.is_alive():
+            process.kill()
+
+
+def _worker(settings_data: dict[str, Any], conninfo: str, parent_pid: int) -> None:
+    settings = Settings(**settings_data)
+    asyncio.run(_serve(settings, conninfo, parent_pid))
+
+
+async def _serve(settings: Settings, conninfo: str, parent_pid: int) -> None:
+    app = create_app(settings, conninfo, PriceTable.load(settings.prices_file))
+    runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=30)
+    await runner.setup()
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stopping.set)
+    try:
+        await web.TCPSite(runner, settings.host, settings.port, reuse_port=True).start()
+        while not stopping.is_set():
+            if os.getppid() != parent_pid:  # the first process is gone: so are we
+                break
+            try:
+                await asyncio.wait_for(stopping.wait(), timeout=1.0)
+            except TimeoutError:
+                pass
+    finally:
+        await runner.cleanup()  # commits what this worker buffered

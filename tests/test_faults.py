@@ -1,0 +1,100 @@
+"""Faults on purpose: kill -9 under load, and the embedded database after a crash."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import uuid
+from pathlib import Path
+
+import httpx
+import psycopg
+from serve_process import ServeProcess, free_port
+
+from keelwave import Keelwave
+
+
+def test_kill_9_under_load_loses_nothing_acknowledged(fresh_db_url: str, tmp_path: Path) -> None:
+    """Every step acknowledged before the crash is stored, exactly once; the SDK's
+    resends after the restart add no duplicates."""
+    port = free_port()
+    server = ServeProcess("--database-url", fresh_db_url, "--port", str(port), port=None,
+                          log=tmp_path / "first.log")
+    key = server.printed_key
+    run_id = str(uuid.uuid4())
+    acknowledged: set[int] = set()
+    stop = threading.Event()
+
+    def client(offset: int) -> None:
+        with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {key}"},
+                          timeout=5) as http:
+            index = offset
+            while not stop.is_set():
+                batch = [{"run_id": run_id, "step_index": i, "tool_name": "t",
+                          "tool_input": {"i": i}} for i in range(index, index + 10)]
+                try:
+                    response = http.post("/v1/ingest/agent/steps", json=batch)
+                except httpx.HTTPError:
+                    return
+                if response.status_code == 200:
+                    acknowledged.update(range(index, index + 10))
+                index += 80
+
+    threads = [threading.Thread(target=client, args=(n * 10,)) for n in range(8)]
+    for thread in threads:
+        thread.start()
+    while len(acknowledged) < 2000:
+        threading.Event().wait(0.01)
+    server.process.send_signal(signal.SIGKILL)  # no goodbye, no flush
+    server.process.wait()
+    stop.set()
+    for thread in threads:
+        thread.join()
+
+    def stored() -> list[int]:
+        with psycopg.connect(fresh_db_url) as conn:
+            return [row[0] for row in conn.execute(
+                "SELECT step_index FROM agent_steps WHERE run_id = %s", (run_id,))]
+
+    after_crash = stored()
+    assert acknowledged <= set(after_crash)
+    assert len(after_crash) == len(set(after_crash))  # nothing twice
+
+    # The SDK resends a whole run (as after a restart): nothing is stored twice.
+    restarted = ServeProcess("--database-url", fresh_db_url, "--port", str(port), port=None,
+                             log=tmp_path / "second.log")
+    try:
+        sdk = Keelwave(api_key=key, endpoint=restarted.url, flush_at_exit=False)
+        with sdk.run("resender", run_id=run_id) as run:
+            for index in sorted(acknowledged)[:200]:
+                run._send_step(index, "tool_call", "t", f'{{"i": {index}}}', None, None, None,
+                               None)
+        assert sdk.flush(30)
+        sdk.shutdown()
+        final = stored()
+        assert len(final) == len(set(final)) == len(after_crash)
+    finally:
+        restarted.stop()
+        restarted.kill()
+
+
+def test_embedded_database_restarts_cleanly_after_kill_9(tmp_path: Path) -> None:
+    env = {"KEELWAVE_DATA_DIR": str(tmp_path / "data")}
+    first = ServeProcess("--workers", "1", env=env, log=tmp_path / "first.log")
+    key = first.printed_key
+    httpx.post(first.url + "/v1/ingest/agent/runs", json={"agent_name": "survivor"},
+               headers={"Authorization": f"Bearer {key}"}).raise_for_status()
+    first.process.send_signal(signal.SIGKILL)  # PostgreSQL keeps running, orphaned
+    first.process.wait()
+    second = ServeProcess("--workers", "1", env=env, log=tmp_path / "second.log")
+    try:
+        assert second.printed_key is None
+        runs = httpx.get(second.url + "/v1/me", headers={"Authorization": f"Bearer {key}"})
+        project = runs.json()["data"]["project_id"]
+        listed = httpx.get(f"{second.url}/v1/projects/{project}/agent/runs",
+                           headers={"Authorization": f"Bearer {key}"}).json()["data"]
+        assert [run["agent_name"] for run in listed] == ["survivor"]
+        code, _ = second.stop()
+        assert code == 0
+    finally:
+        second.kill()

@@ -92,6 +92,13 @@ class Settings(BaseSettings):
         description="A JSON price table that extends or overrides the shipped one "
         "(see docs/api.md, 'Cost').",
     )
+    metrics_port: int | None = Field(
+        default=None,
+        ge=1,
+        le=65535,
+        description="Serve Prometheus metrics at http://127.0.0.1:PORT/metrics (worker N at "
+        "PORT + N - 1); unset: no metrics. Never on the public port.",
+    )
     retry_after_seconds: int = Field(
         default=1, ge=1, description="Retry-After sent with 503 answers."
     )

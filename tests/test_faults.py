@@ -18,20 +18,24 @@ def test_kill_9_under_load_loses_nothing_acknowledged(fresh_db_url: str, tmp_pat
     """Every step acknowledged before the crash is stored, exactly once; the SDK's
     resends after the restart add no duplicates."""
     port = free_port()
-    server = ServeProcess("--database-url", fresh_db_url, "--port", str(port), port=None,
-                          log=tmp_path / "first.log")
+    server = ServeProcess(
+        "--database-url", fresh_db_url, "--port", str(port), port=None, log=tmp_path / "first.log"
+    )
     key = server.printed_key
     run_id = str(uuid.uuid4())
     acknowledged: set[int] = set()
     stop = threading.Event()
 
     def client(offset: int) -> None:
-        with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {key}"},
-                          timeout=5) as http:
+        with httpx.Client(
+            base_url=server.url, headers={"Authorization": f"Bearer {key}"}, timeout=5
+        ) as http:
             index = offset
             while not stop.is_set():
-                batch = [{"run_id": run_id, "step_index": i, "tool_name": "t",
-                          "tool_input": {"i": i}} for i in range(index, index + 10)]
+                batch = [
+                    {"run_id": run_id, "step_index": i, "tool_name": "t", "tool_input": {"i": i}}
+                    for i in range(index, index + 10)
+                ]
                 try:
                     response = http.post("/v1/ingest/agent/steps", json=batch)
                 except httpx.HTTPError:
@@ -53,22 +57,26 @@ def test_kill_9_under_load_loses_nothing_acknowledged(fresh_db_url: str, tmp_pat
 
     def stored() -> list[int]:
         with psycopg.connect(fresh_db_url) as conn:
-            return [row[0] for row in conn.execute(
-                "SELECT step_index FROM agent_steps WHERE run_id = %s", (run_id,))]
+            return [
+                row[0]
+                for row in conn.execute(
+                    "SELECT step_index FROM agent_steps WHERE run_id = %s", (run_id,)
+                )
+            ]
 
     after_crash = stored()
     assert acknowledged <= set(after_crash)
     assert len(after_crash) == len(set(after_crash))  # nothing twice
 
     # The SDK resends a whole run (as after a restart): nothing is stored twice.
-    restarted = ServeProcess("--database-url", fresh_db_url, "--port", str(port), port=None,
-                             log=tmp_path / "second.log")
+    restarted = ServeProcess(
+        "--database-url", fresh_db_url, "--port", str(port), port=None, log=tmp_path / "second.log"
+    )
     try:
         sdk = Keelwave(api_key=key, endpoint=restarted.url, flush_at_exit=False)
         with sdk.run("resender", run_id=run_id) as run:
             for index in sorted(acknowledged)[:200]:
-                run._send_step(index, "tool_call", "t", f'{{"i": {index}}}', None, None, None,
-                               None)
+                run._send_step(index, "tool_call", "t", f'{{"i": {index}}}', None, None, None, None)
         assert sdk.flush(30)
         sdk.shutdown()
         final = stored()
@@ -82,8 +90,11 @@ def test_embedded_database_restarts_cleanly_after_kill_9(tmp_path: Path) -> None
     env = {"KEELWAVE_DATA_DIR": str(tmp_path / "data")}
     first = ServeProcess("--workers", "1", env=env, log=tmp_path / "first.log")
     key = first.printed_key
-    httpx.post(first.url + "/v1/ingest/agent/runs", json={"agent_name": "survivor"},
-               headers={"Authorization": f"Bearer {key}"}).raise_for_status()
+    httpx.post(
+        first.url + "/v1/ingest/agent/runs",
+        json={"agent_name": "survivor"},
+        headers={"Authorization": f"Bearer {key}"},
+    ).raise_for_status()
     first.process.send_signal(signal.SIGKILL)  # PostgreSQL keeps running, orphaned
     first.process.wait()
     second = ServeProcess("--workers", "1", env=env, log=tmp_path / "second.log")
@@ -91,10 +102,28 @@ def test_embedded_database_restarts_cleanly_after_kill_9(tmp_path: Path) -> None
         assert second.printed_key is None
         runs = httpx.get(second.url + "/v1/me", headers={"Authorization": f"Bearer {key}"})
         project = runs.json()["data"]["project_id"]
-        listed = httpx.get(f"{second.url}/v1/projects/{project}/agent/runs",
-                           headers={"Authorization": f"Bearer {key}"}).json()["data"]
+        listed = httpx.get(
+            f"{second.url}/v1/projects/{project}/agent/runs",
+            headers={"Authorization": f"Bearer {key}"},
+        ).json()["data"]
         assert [run["agent_name"] for run in listed] == ["survivor"]
         code, _ = second.stop()
         assert code == 0
     finally:
         second.kill()
+
+
+def test_keys_never_reach_the_logs(fresh_db_url: str, tmp_path: Path) -> None:
+    log = tmp_path / "serve.log"
+    server = ServeProcess("--database-url", fresh_db_url, "--log-level", "debug", log=log)
+    key = server.printed_key
+    try:
+        headers = {"Authorization": f"Bearer {key}"}
+        httpx.get(server.url + "/v1/me", headers=headers).raise_for_status()
+        httpx.post(server.url + "/v1/ingest/agent/steps", headers=headers, content=b"{oops")
+        httpx.get(server.url + "/v1/me", headers={"Authorization": "Bearer kw_" + "w" * 43})
+    finally:
+        server.stop()
+        server.kill()
+    text = log.read_text()
+    assert "kw_" not in text

@@ -66,3 +66,34 @@ async def test_outage_gives_503_and_recovers(db_url: str, project: Project, aioh
         assert status == 200
     await proxy.cut()
     assert query(db_url, "SELECT count(*) FROM agent_steps WHERE run_id = %s", (run_id,)) == [(1,)]
+
+
+async def test_metrics_off_the_public_port(db_url: str, project: Project, aiohttp_server):
+    from serve_process import free_port
+
+    port = free_port()
+    server = await aiohttp_server(create_app(make_settings(metrics_port=port), db_url))
+    async with aiohttp.ClientSession() as session:
+        api = Api(str(server.make_url("")).rstrip("/"), session)
+        run_id = str(uuid.uuid4())
+        await api.post(
+            "/v1/ingest/agent/runs", json={"id": run_id, "agent_name": "m"}, headers=project.auth()
+        )
+        await api.post(
+            "/v1/ingest/agent/steps",
+            headers=project.auth(),
+            json=[{"run_id": run_id, "step_index": i} for i in range(1, 4)],
+        )
+        await api.get(f"/v1/projects/{project.id}/agent/runs/{run_id}", headers=project.auth())
+        async with session.get(f"http://127.0.0.1:{port}/metrics") as response:
+            assert response.status == 200
+            text = await response.text()
+        async with session.get(api.url + "/metrics") as public:
+            assert public.status != 200 or "keelwave_" not in await public.text()
+    assert (
+        'keelwave_http_requests_total{route="/v1/ingest/agent/steps",method="POST",status="200"} 1'
+    ) in text
+    assert 'route="/v1/projects/{project_id}/agent/runs/{run_id}"' in text  # templates, not ids
+    assert 'keelwave_ingest_rows_total{table="agent_steps"} 3' in text
+    assert "keelwave_ingest_buffer_rows 0" in text
+    assert "keelwave_ingest_flush_seconds_count 2" in text

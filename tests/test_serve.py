@@ -191,8 +191,9 @@ def test_keelwave_command_is_installed() -> None:
 
 
 def test_workers_share_the_port_and_leave_with_the_first(fresh_db_url: str, tmp_path: Path):
-    server = ServeProcess("--database-url", fresh_db_url, "--workers", "3",
-                          log=tmp_path / "serve.log")
+    server = ServeProcess(
+        "--database-url", fresh_db_url, "--workers", "3", log=tmp_path / "serve.log"
+    )
     try:
         assert "3 processes" in "".join(server.output)
         key = server.printed_key
@@ -203,17 +204,26 @@ def test_workers_share_the_port_and_leave_with_the_first(fresh_db_url: str, tmp_
                 c.post("/v1/ingest/agent/steps", json={"run_id": run_id, "step_index": index,
                        "tool_name": "t", "tool_input": {}}).raise_for_status()  # fmt: skip
         with psycopg.connect(fresh_db_url) as conn:
-            assert conn.execute("SELECT count(*) FROM agent_steps WHERE run_id = %s",
-                                (run_id,)).fetchone()[0] == 30
-        children = subprocess.run(["pgrep", "-P", str(server.process.pid)],
-                                  capture_output=True, text=True).stdout.split()
+            assert (
+                conn.execute(
+                    "SELECT count(*) FROM agent_steps WHERE run_id = %s", (run_id,)
+                ).fetchone()[0]
+                == 30
+            )
+        children = subprocess.run(
+            ["pgrep", "-P", str(server.process.pid)], capture_output=True, text=True
+        ).stdout.split()
         assert len(children) >= 2
     finally:
         server.process.kill()  # kill -9 of the first process…
         server.process.wait()
     for _ in range(50):  # …and the others notice and leave
-        alive = [pid for pid in children if Path(f"/proc/{pid}").exists()
-                 and "zombie" not in Path(f"/proc/{pid}/status").read_text().lower()]
+        alive = [
+            pid
+            for pid in children
+            if Path(f"/proc/{pid}").exists()
+            and "zombie" not in Path(f"/proc/{pid}/status").read_text().lower()
+        ]
         if not alive:
             break
         threading.Event().wait(0.2)

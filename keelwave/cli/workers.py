@@ -40,9 +40,12 @@ def start(count: int, settings: Settings, conninfo: str) -> list[multiprocessing
     context = multiprocessing.get_context("spawn")  # no fork of a process holding connections
     processes = []
     for number in range(count):
+        own = settings
+        if settings.metrics_port:  # each process its own metrics port
+            own = settings.model_copy(update={"metrics_port": settings.metrics_port + number + 1})
         process = context.Process(
             target=_worker,
-            args=(settings.model_dump(mode="json"), conninfo, os.getpid()),
+            args=(own.model_dump(mode="json"), conninfo, os.getpid()),
             name=f"keelwave-worker-{number + 1}",
             daemon=True,
         )

@@ -21,6 +21,7 @@ from keelwave.server import (
     health,
     ingest,
     loops,
+    metrics,
     openapi,
     runs,
     writes,
@@ -28,6 +29,7 @@ from keelwave.server import (
 from keelwave.server.auth import KeyStore
 from keelwave.server.errors import error_middleware
 from keelwave.server.lifecycle import Reaper
+from keelwave.server.metrics import Metrics
 from keelwave.server.pricing import PriceTable
 from keelwave.server.writer import IngestWriter
 from keelwave.settings import Settings
@@ -39,13 +41,23 @@ def create_app(
     settings: Settings, conninfo: str, prices: PriceTable | None = None
 ) -> web.Application:
     """Build the application. Raises PriceTableError for an unusable prices_file."""
+    recorder = Metrics()
     app = web.Application(
         client_max_size=settings.max_body_bytes,
-        middlewares=[error_middleware(settings.retry_after_seconds)],
+        # Outermost first: the metrics see the status the error middleware settled on.
+        middlewares=[
+            metrics.middleware(recorder),
+            error_middleware(
+                settings.retry_after_seconds, lambda: recorder.database_error("unavailable")
+            ),
+        ],
     )
+    app[appkeys.METRICS] = recorder
     app[appkeys.SETTINGS] = settings
     app[appkeys.CONNINFO] = conninfo
     app.cleanup_ctx.append(_database)
+    if settings.metrics_port:
+        app.cleanup_ctx.append(lambda app: metrics.serve(recorder, settings.metrics_port))
     app[appkeys.PRICES] = prices or PriceTable.load(settings.prices_file)
     app.add_routes(health.routes)
     app.add_routes(ingest.routes)
@@ -85,8 +97,10 @@ async def _database(app: web.Application) -> AsyncIterator[None]:
         settings.buffer_max_rows,
         connect_timeout,
         lanes=settings.writer_lanes,
+        metrics=app[appkeys.METRICS],
     )
     writer.start()
+    app[appkeys.METRICS].buffer_rows = lambda: writer.waiting_rows
     keystore = KeyStore(pool, conninfo, settings.key_cache_seconds)
     keystore.start()
     reaper = Reaper(pool, settings.timeout_after_seconds, settings.stall_after_seconds)

@@ -6,6 +6,7 @@ from aiohttp import web
 from psycopg_pool import AsyncConnectionPool
 
 from keelwave.server.auth import KeyStore
+from keelwave.server.metrics import Metrics
 from keelwave.server.pricing import PriceTable
 from keelwave.server.writer import IngestWriter
 from keelwave.settings import Settings
@@ -16,3 +17,4 @@ POOL = web.AppKey("pool", AsyncConnectionPool)
 WRITER = web.AppKey("writer", IngestWriter)
 KEYSTORE = web.AppKey("keystore", KeyStore)
 PRICES = web.AppKey("prices", PriceTable)
+METRICS = web.AppKey("metrics", Metrics)

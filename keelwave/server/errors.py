@@ -64,7 +64,9 @@ def unavailable(retry_after: int, message: str = "the database is unavailable; r
     return ApiError(503, "database_unavailable", message, headers={"Retry-After": str(retry_after)})
 
 
-def error_middleware(retry_after: int) -> Callable:
+def error_middleware(
+    retry_after: int, on_database_error: Callable[[], None] = lambda: None
+) -> Callable:
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         try:
@@ -87,6 +89,7 @@ def error_middleware(retry_after: int) -> Callable:
             log.warning(
                 "database unavailable during %s %s: %s", request.method, request.path, error
             )
+            on_database_error()
             return unavailable(retry_after).response()
         except Exception:
             log.exception("unhandled error in %s %s", request.method, request.path)

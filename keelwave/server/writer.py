@@ -28,12 +28,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import deque
 from dataclasses import dataclass, field
 
 import psycopg
 
 from keelwave.server import writes
+from keelwave.server.metrics import Metrics
 
 log = logging.getLogger("keelwave.writer")
 
@@ -86,7 +88,9 @@ class IngestWriter:
         buffer_max_rows: int,
         connect_timeout: int = 5,
         lanes: int = 2,
+        metrics: Metrics | None = None,
     ) -> None:
+        self._metrics = metrics or Metrics()
         self._flush_max_rows = flush_max_rows
         self._buffer_max_rows = buffer_max_rows
         self._queue: deque[Submission] = deque()
@@ -162,10 +166,12 @@ class IngestWriter:
         return batch
 
     async def _flush(self, batch: list[Submission], lane: _Lane) -> None:
+        started = time.perf_counter()
         try:
             await lane.commit(batch)
         except (psycopg.OperationalError, OSError) as error:
             log.warning("ingest flush failed, database unavailable: %s", error)
+            self._metrics.database_error("unavailable")
             await lane.drop()
             _settle(batch, DatabaseUnavailable(str(error)))
         except psycopg.Error as error:
@@ -175,12 +181,20 @@ class IngestWriter:
                     await self._flush([submission], lane)
                 return
             log.info("ingest rows rejected by the database: %s", error)
+            self._metrics.database_error("rejected")
             _settle(batch, RowsRejected(_describe(error)))
         except Exception as error:  # a bug: fail the requests, keep the writer alive
             log.exception("ingest flush failed")
             _settle(batch, error)
         else:
             _settle(batch, None)
+            self._metrics.flushed(
+                time.perf_counter() - started,
+                {
+                    TABLE_OF_STAGE[stage]: sum(len(s.rows[position]) for s in batch)
+                    for position, stage, _, _ in STAGES
+                },
+            )
             await self._analyze_young_tables(batch, lane)
 
     async def _analyze_young_tables(self, batch: list[Submission], lane: _Lane) -> None:

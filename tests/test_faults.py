@@ -127,3 +127,67 @@ def test_keys_never_reach_the_logs(fresh_db_url: str, tmp_path: Path) -> None:
         server.kill()
     text = log.read_text()
     assert "kw_" not in text
+
+
+def test_postgres_stopped_for_a_while_under_load(tmp_path: Path) -> None:
+    """A private PostgreSQL, stopped for ~8 s while an agent keeps working: 503s (never
+    500), not ready; then recovery on its own, and every step arrives exactly once."""
+    from keelwave.db import keys as key_store
+    from keelwave.db import migrate
+    from keelwave.db.embedded import EmbeddedPostgres
+
+    pg = EmbeddedPostgres(tmp_path / "pg")
+    conninfo = pg.start()
+    migrate.upgrade(conninfo)
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        key = key_store.create_key(conn, "outage", "all").key
+    server = ServeProcess("--database-url", conninfo, "--workers", "1", log=tmp_path / "serve.log")
+    sdk = Keelwave(api_key=key, endpoint=server.url, flush_at_exit=False)
+    stop = threading.Event()
+    recorded: list[int] = []
+
+    def agent() -> None:
+        with sdk.run("patient-agent") as run:
+            while not stop.is_set():
+                recorded.append(run.tool_call("work", input={"n": len(recorded)}))
+                threading.Event().wait(0.01)
+            run_ids.append(run.id)
+
+    run_ids: list[str] = []
+    worker = threading.Thread(target=agent)
+    headers = {"Authorization": f"Bearer {key}"}
+    try:
+        worker.start()
+        threading.Event().wait(1.5)
+        pg._run(["pg_ctl", "-D", str(pg.pgdata), "-m", "fast", "-w", "stop"])
+        statuses = set()
+        for _ in range(16):  # ~8 s without a database
+            response = httpx.post(
+                server.url + "/v1/ingest/agent/steps",
+                headers=headers,
+                json={"run_id": str(uuid.uuid4()), "step_index": 1},
+            )
+            statuses.add(response.status_code)
+            assert httpx.get(server.url + "/readyz").status_code == 503
+            threading.Event().wait(0.5)
+        assert statuses <= {503}, statuses  # never a 500, never an acknowledgement
+        pg._pg_ctl_start()
+        threading.Event().wait(1.0)
+        stop.set()
+        worker.join()
+        assert sdk.flush(timeout=60)  # the SDK delivers what it kept
+        with psycopg.connect(conninfo) as conn:
+            stored = [
+                row[0]
+                for row in conn.execute(
+                    "SELECT step_index FROM agent_steps WHERE run_id = %s", (run_ids[0],)
+                )
+            ]
+        assert sorted(stored) == sorted(recorded)  # every step, exactly once
+        assert httpx.get(server.url + "/readyz").status_code == 200
+    finally:
+        stop.set()
+        sdk.shutdown(timeout=1)
+        server.stop()
+        server.kill()
+        pg.stop()

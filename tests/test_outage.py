@@ -97,3 +97,43 @@ async def test_metrics_off_the_public_port(db_url: str, project: Project, aiohtt
     assert 'keelwave_ingest_rows_total{table="agent_steps"} 3' in text
     assert "keelwave_ingest_buffer_rows 0" in text
     assert "keelwave_ingest_flush_seconds_count 2" in text
+
+
+async def test_slow_database_means_backpressure_not_growth(
+    db_url: str, project: Project, aiohttp_server
+):
+    """While agent_steps is locked (a very slow database), the buffer fills to its bound and
+    further requests get 503 overloaded; once the lock goes, everything buffered commits."""
+    import psycopg
+
+    settings = make_settings(buffer_max_rows=300, flush_max_rows=100, writer_lanes=1)
+    server = await aiohttp_server(create_app(settings, db_url))
+    async with aiohttp.ClientSession() as session:
+        api = Api(str(server.make_url("")).rstrip("/"), session)
+        run_id = str(uuid.uuid4())
+
+        async def post(first: int) -> int:
+            status, _, _ = await api.post(
+                "/v1/ingest/agent/steps",
+                headers=project.auth(),
+                json=[{"run_id": run_id, "step_index": first + i} for i in range(100)],
+            )
+            return status
+
+        blocker = await psycopg.AsyncConnection.connect(db_url)
+        await blocker.execute("LOCK TABLE agent_steps IN ACCESS EXCLUSIVE MODE")
+        pending = [asyncio.create_task(post(n * 100)) for n in range(4)]
+        await asyncio.sleep(1.0)  # the first batch waits on the lock, three fill the buffer
+        status, body, headers = await api.post(
+            "/v1/ingest/agent/steps",
+            headers=project.auth(),
+            json=[{"run_id": run_id, "step_index": 10_000 + i} for i in range(100)],
+        )
+        assert (status, body["error"]["code"]) == (503, "overloaded")
+        assert "Retry-After" in headers
+        await blocker.rollback()  # the database is fast again
+        await blocker.close()
+        assert await asyncio.gather(*pending) == [200, 200, 200, 200]
+    assert query(db_url, "SELECT count(*) FROM agent_steps WHERE run_id = %s", (run_id,)) == [
+        (400,)
+    ]

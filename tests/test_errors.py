@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 
 import pytest
@@ -169,3 +170,31 @@ async def test_unknown_endpoint_and_method_are_json(api: Api, project: Project) 
     status, body, headers = await api.get(STEPS, headers=project.auth())
     assert (status, body["error"]["code"]) == (405, "method_not_allowed")
     assert "POST" in headers["Allow"]
+
+
+async def test_ten_thousand_steps_in_one_request(db_url: str, aiohttp_server, project) -> None:
+    """Big arrays are fine within the body limit; any content type carrying JSON is read."""
+    import aiohttp
+    from conftest import make_settings
+
+    from keelwave.server.app import create_app
+
+    server = await aiohttp_server(create_app(make_settings(), db_url))  # the 10 MiB default
+    run_id = str(uuid.uuid4())
+    body = json.dumps(
+        [
+            {"run_id": run_id, "step_index": i, "tool_name": "t", "tool_input": i}
+            for i in range(1, 10_001)
+        ]
+    )
+    async with aiohttp.ClientSession() as session:
+        async with session.post(
+            server.make_url("/v1/ingest/agent/steps"),
+            data=body,
+            headers={**project.auth("ingest"), "Content-Type": "text/plain"},
+        ) as response:
+            assert response.status == 200, await response.text()
+            assert (await response.json())["data"]["accepted"] == 10_000
+    assert query(db_url, "SELECT count(*) FROM agent_steps WHERE run_id = %s", (run_id,)) == [
+        (10_000,)
+    ]

@@ -187,14 +187,16 @@ async def test_ten_thousand_steps_in_one_request(db_url: str, aiohttp_server, pr
             for i in range(1, 10_001)
         ]
     )
-    async with aiohttp.ClientSession() as session:
-        async with session.post(
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(
             server.make_url("/v1/ingest/agent/steps"),
             data=body,
             headers={**project.auth("ingest"), "Content-Type": "text/plain"},
-        ) as response:
-            assert response.status == 200, await response.text()
-            assert (await response.json())["data"]["accepted"] == 10_000
+        ) as response,
+    ):
+        assert response.status == 200, await response.text()
+        assert (await response.json())["data"]["accepted"] == 10_000
     assert query(db_url, "SELECT count(*) FROM agent_steps WHERE run_id = %s", (run_id,)) == [
         (10_000,)
     ]

@@ -50,24 +50,15 @@ def drop_database(name: str) -> None:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-def start_server(db_url: str) -> tuple[subprocess.Popen, str, str | None]:
+def start_server(
+    db_url: str, workers: int | None = None
+) -> tuple[subprocess.Popen, str, str | None]:
     """Start `keelwave serve`; return it, its URL, and the first key if it printed one."""
+    extra = ["--workers", str(workers)] if workers else []
+    command = [sys.executable, "-m", "keelwave.cli", "serve", "--port", "0",
+               "--database-url", db_url, "--log-level", "warning", *extra]  # fmt: skip
     process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "keelwave.cli",
-            "serve",
-            "--port",
-            "0",
-            "--database-url",
-            db_url,
-            "--log-level",
-            "warning",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
+        command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
     )
     key = url = None
     for line in process.stdout:
@@ -179,10 +170,11 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10)
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--batch", type=int, default=100)
+    parser.add_argument("--workers", type=int, default=None, help="server processes")
     args = parser.parse_args()
 
     name, db_url = scratch_database()
-    process, url, key = start_server(db_url)
+    process, url, key = start_server(db_url, args.workers)
     try:
         batched = asyncio.run(load(url, key, args.clients, args.batch, args.seconds))
         single = asyncio.run(load(url, key, args.clients, 1, args.seconds))
@@ -192,7 +184,10 @@ def main() -> None:
     copy_rate = raw_copy(db_url, max(50_000, int(batched["steps_per_s"] * args.seconds)))
     drop_database(name)
 
-    print(f"python: {sys.executable} ({sys.version.split()[0]}); {os.cpu_count()} cores")
+    print(
+        f"python: {sys.executable} ({sys.version.split()[0]}); {os.cpu_count()} cores; "
+        f"server workers: {args.workers or 'default (one per core)'}"
+    )
     print(f"{'workload':<34}{'steps/s':>10}{'req/s':>10}{'p50 ms':>9}{'p99 ms':>9}")
     for label, result in (
         (f"batched ({args.batch}/request, {args.clients} clients)", batched),

@@ -135,6 +135,19 @@ async def api(db_url: str, aiohttp_server) -> AsyncIterator[Api]:
         yield Api(str(server.make_url("")).rstrip("/"), session)
 
 
+@pytest.fixture(scope="module")
+def server(db_url: str, tmp_path_factory):
+    """A real `keelwave serve` subprocess on the module's database."""
+    from serve_process import ServeProcess
+
+    process = ServeProcess(
+        "--database-url", db_url, log=tmp_path_factory.mktemp("serve") / "serve.log"
+    )
+    yield process
+    process.stop()
+    process.kill()
+
+
 def query(db_url: str, sql: str, params: tuple = ()) -> list[tuple]:
     with psycopg.connect(db_url) as conn:
         return conn.execute(sql, params).fetchall()

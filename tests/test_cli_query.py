@@ -11,17 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 from conftest import make_project
-from serve_process import ServeProcess, keelwave
-
-
-@pytest.fixture(scope="module")
-def server(db_url: str, tmp_path_factory):
-    process = ServeProcess(
-        "--database-url", db_url, log=tmp_path_factory.mktemp("cli") / "serve.log"
-    )
-    yield process
-    process.stop()
-    process.kill()
+from serve_process import keelwave
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,6 @@ from pathlib import Path
 import httpx
 import psycopg
 import pytest
-from serve_process import ServeProcess
 
 from keelwave.db import keys as key_store
 
@@ -26,16 +25,6 @@ LOOP_RUN = str(uuid.uuid4())
 CHILD_RUN = str(uuid.uuid4())
 ERROR_RUN = str(uuid.uuid4())
 OPEN_RUN = str(uuid.uuid4())
-
-
-@pytest.fixture(scope="module")
-def server(db_url: str, tmp_path_factory):
-    process = ServeProcess(
-        "--database-url", db_url, log=tmp_path_factory.mktemp("web") / "serve.log"
-    )
-    yield process
-    process.stop()
-    process.kill()
 
 
 @pytest.fixture(scope="module")

@@ -22,15 +22,6 @@ from keelwave import Keelwave, LoopDetected, MaxStepsExceeded, get_current_run
 from keelwave.sdk.canonical import canonical_json, fingerprint
 
 
-@pytest.fixture(scope="module")
-def server(db_url: str, tmp_path_factory) -> ServeProcess:
-    log = tmp_path_factory.mktemp("sdk") / "serve.log"
-    process = ServeProcess("--database-url", db_url, log=log)
-    yield process
-    process.stop()
-    process.kill()
-
-
 @pytest.fixture
 def keys(db_url: str):
     return make_project(db_url)

@@ -8,22 +8,11 @@ import httpx
 import pytest
 from conftest import make_project
 from fake_providers import USAGE_ANTHROPIC, USAGE_OPENAI, USAGE_RESPONSES, FakeProviders
-from serve_process import ServeProcess
 
 from keelwave import Keelwave, get_current_run
 
 openai = pytest.importorskip("openai")
 anthropic = pytest.importorskip("anthropic")
-
-
-@pytest.fixture(scope="module")
-def server(db_url: str, tmp_path_factory):
-    process = ServeProcess(
-        "--database-url", db_url, log=tmp_path_factory.mktemp("adapters") / "serve.log"
-    )
-    yield process
-    process.stop()
-    process.kill()
 
 
 @pytest.fixture(scope="module")

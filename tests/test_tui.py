@@ -11,7 +11,6 @@ import httpx
 import psycopg
 import pytest
 from rich.console import Console
-from serve_process import ServeProcess
 from textual.widgets import DataTable, Static, Tree
 
 from keelwave.db import keys as key_store
@@ -26,16 +25,6 @@ LOOP_RUN = "a1f3c2d4-0000-4000-8000-000000000001"
 CHILD_RUN = "b2e4d6f8-0000-4000-8000-000000000002"
 CLEAN_RUN = "c3d5e7a9-0000-4000-8000-000000000003"
 OPEN_RUN = "d4c6b8a0-0000-4000-8000-000000000004"
-
-
-@pytest.fixture(scope="module")
-def server(db_url: str, tmp_path_factory):
-    process = ServeProcess(
-        "--database-url", db_url, log=tmp_path_factory.mktemp("tui") / "serve.log"
-    )
-    yield process
-    process.stop()
-    process.kill()
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,6 @@ from aiohttp import web
 from psycopg import AsyncConnection
 
 from keelwave.server import appkeys, params
-from keelwave.server.auth import READ
 from keelwave.server.params import Window
 from keelwave.server.responses import json_response
 from keelwave.server.schemas import TERMINATION_REASONS
@@ -153,7 +152,7 @@ async def _summary_of(
         "project": project_id,
         "since": window.since,
         "until": window.until,
-        "stall": _stall(request),
+        "stall": params.stall_after(request),
     }
     p50, p95 = await (await conn.execute(_PERCENTILES.format(key="", group=""), args)).fetchone()
     (stalled,) = await (await conn.execute(_STALLED.format(key="", group=""), args)).fetchone()
@@ -177,18 +176,9 @@ async def _summary_of(
     }
 
 
-def _stall(request: web.Request) -> timedelta:
-    return timedelta(seconds=request.app[appkeys.SETTINGS].stall_after_seconds)
-
-
-async def _project(request: web.Request) -> str:
-    principal = await request.app[appkeys.KEYSTORE].authenticate(request, READ)
-    return params.project_of(request, principal)
-
-
 @routes.get("/v1/projects/{project_id}/agent/summary")
 async def summary(request: web.Request) -> web.Response:
-    project_id = await _project(request)
+    project_id = await params.read_project(request)
     window = params.window(request)
     async with request.app[appkeys.POOL].connection() as conn:
         current = await _summary_of(conn, request, project_id, window)
@@ -205,13 +195,13 @@ ORDER BY started_at DESC LIMIT 1
 
 @routes.get("/v1/projects/{project_id}/agent/health")
 async def health(request: web.Request) -> web.Response:
-    project_id = await _project(request)
+    project_id = await params.read_project(request)
     window = params.window(request)
     args = {
         "project": project_id,
         "since": window.since,
         "until": window.until,
-        "stall": _stall(request),
+        "stall": params.stall_after(request),
     }
     async with request.app[appkeys.POOL].connection() as conn:
         rows = await window_counters(conn, project_id, window, group="agent_name")
@@ -261,7 +251,7 @@ async def health(request: web.Request) -> web.Response:
 
 @routes.get("/v1/projects/{project_id}/agent/runs/timeseries")
 async def timeseries(request: web.Request) -> web.Response:
-    project_id = await _project(request)
+    project_id = await params.read_project(request)
     window = params.window(request)
     size = params.duration(request.query.get("bucket", "1h"), "bucket")
     if int(size.total_seconds()) % 60:
@@ -299,7 +289,7 @@ async def timeseries(request: web.Request) -> web.Response:
 
 @routes.get("/v1/projects/{project_id}/agent/runs/terminations")
 async def terminations(request: web.Request) -> web.Response:
-    project_id = await _project(request)
+    project_id = await params.read_project(request)
     window = params.window(request)
     async with request.app[appkeys.POOL].connection() as conn:
         [row] = await window_counters(conn, project_id, window)
@@ -329,7 +319,7 @@ ORDER BY calls DESC, tool_name
 
 @routes.get("/v1/projects/{project_id}/agent/tools")
 async def tools(request: web.Request) -> web.Response:
-    project_id = await _project(request)
+    project_id = await params.read_project(request)
     window = params.window(request)
     async with request.app[appkeys.POOL].connection() as conn:
         rows = await (

@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 
 from aiohttp import web
 
-from keelwave.server.auth import Principal
+from keelwave.server.auth import READ, Principal
 from keelwave.server.errors import ApiError, not_found
 
 WINDOWS = ("15m", "1h", "6h", "24h", "7d", "30d")
@@ -42,6 +42,20 @@ def run_id_of(request: web.Request) -> uuid.UUID:
         return uuid.UUID(text)
     except ValueError:
         raise not_found(f"run {text!r}") from None
+
+
+async def read_project(request: web.Request) -> str:
+    """Check the key (scope read or all) and return the project in the path."""
+    from keelwave.server import appkeys  # here: appkeys imports the app's parts
+
+    principal = await request.app[appkeys.KEYSTORE].authenticate(request, READ)
+    return project_of(request, principal)
+
+
+def stall_after(request: web.Request) -> timedelta:
+    from keelwave.server import appkeys
+
+    return timedelta(seconds=request.app[appkeys.SETTINGS].stall_after_seconds)
 
 
 def duration(text: str, field: str) -> timedelta:

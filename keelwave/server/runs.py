@@ -10,14 +10,13 @@ A run's status is computed when it is read: ``finished`` once it has ended,
 from __future__ import annotations
 
 import base64
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from aiohttp import web
 from psycopg.rows import dict_row
 
 from keelwave.server import appkeys, params
-from keelwave.server.auth import READ
 from keelwave.server.errors import not_found
 from keelwave.server.loops import LOOPS_SQL, RUN_EXISTS_SQL, loop_group
 from keelwave.server.responses import json_response
@@ -37,10 +36,6 @@ RUN_FIELDS = """
 """
 
 
-def _stall(request: web.Request) -> timedelta:
-    return timedelta(seconds=request.app[appkeys.SETTINGS].stall_after_seconds)
-
-
 def _run_json(row: dict[str, Any]) -> dict[str, Any]:
     out = dict(row)
     for key, value in row.items():
@@ -51,17 +46,16 @@ def _run_json(row: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-async def _authorized_project(request: web.Request) -> str:
-    principal = await request.app[appkeys.KEYSTORE].authenticate(request, READ)
-    return params.project_of(request, principal)
-
-
 @routes.get("/v1/projects/{project_id}/agent/runs")
 async def list_runs(request: web.Request) -> web.Response:
-    project_id = await _authorized_project(request)
+    project_id = await params.read_project(request)
     limit = params.integer(request, "limit", 50, 1, 500)
     where = ["project_id = %(project)s"]
-    args: dict[str, Any] = {"project": project_id, "stall": _stall(request), "limit": limit + 1}
+    args: dict[str, Any] = {
+        "project": project_id,
+        "stall": params.stall_after(request),
+        "limit": limit + 1,
+    }
 
     if agent := params.text(request, "agent_name"):
         where.append("agent_name = %(agent)s")
@@ -108,9 +102,9 @@ async def list_runs(request: web.Request) -> web.Response:
 
 @routes.get("/v1/projects/{project_id}/agent/runs/{run_id}")
 async def get_run(request: web.Request) -> web.Response:
-    project_id = await _authorized_project(request)
+    project_id = await params.read_project(request)
     run_id = params.run_id_of(request)
-    args = {"project": project_id, "run": run_id, "stall": _stall(request)}
+    args = {"project": project_id, "run": run_id, "stall": params.stall_after(request)}
     async with request.app[appkeys.POOL].connection() as conn:
         async with conn.cursor(row_factory=dict_row) as cur:
             row = await (
@@ -152,7 +146,7 @@ LIMIT %(limit)s
 
 @routes.get("/v1/projects/{project_id}/agent/runs/{run_id}/steps")
 async def run_steps(request: web.Request) -> web.Response:
-    project_id = await _authorized_project(request)
+    project_id = await params.read_project(request)
     run_id = params.run_id_of(request)
     limit = params.integer(request, "limit", 500, 1, 5000)
     cursor = params.decode_cursor(request, 1)
@@ -184,7 +178,7 @@ def _step_json(row: dict[str, Any]) -> dict[str, Any]:
 
 @routes.get("/v1/projects/{project_id}/agent/runs/{run_id}/llm")
 async def run_model_calls(request: web.Request) -> web.Response:
-    project_id = await _authorized_project(request)
+    project_id = await params.read_project(request)
     run_id = params.run_id_of(request)
     async with request.app[appkeys.POOL].connection() as conn:
         async with conn.cursor(row_factory=dict_row) as cur:

@@ -26,8 +26,10 @@ import re
 import statistics
 import subprocess
 import sys
+import threading
 import time
 import uuid
+from pathlib import Path
 
 import aiohttp
 import psycopg
@@ -70,6 +72,47 @@ def start_server(
     if not url:
         raise SystemExit("keelwave serve did not start")
     return process, url, key
+
+
+class RssSampler:
+    """Samples the resident memory of the server's processes once a second (Linux)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.samples: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> RssSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(1.0):
+            pids = [self.pid, *_children(self.pid)]
+            self.samples.append(sum(_rss_mib(pid) for pid in pids))
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(child) for child in
+                Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]  # fmt: skip
+    except OSError:
+        return []
+
+
+def _rss_mib(pid: int) -> float:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
 
 
 def step_body(run_id: str, first_index: int, count: int) -> bytes:
@@ -171,12 +214,14 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--batch", type=int, default=100)
     parser.add_argument("--workers", type=int, default=None, help="server processes")
+    parser.add_argument("--rss", action="store_true", help="report server memory over the run")
     args = parser.parse_args()
 
     name, db_url = scratch_database()
     process, url, key = start_server(db_url, args.workers)
     try:
-        batched = asyncio.run(load(url, key, args.clients, args.batch, args.seconds))
+        with RssSampler(process.pid) as rss:
+            batched = asyncio.run(load(url, key, args.clients, args.batch, args.seconds))
         single = asyncio.run(load(url, key, args.clients, 1, args.seconds))
     finally:
         process.terminate()
@@ -200,6 +245,9 @@ def main() -> None:
         )
     print(f"{'raw COPY baseline (5000/txn)':<34}{copy_rate:>10.0f}")
     print(f"batched ingest / raw COPY = {batched['steps_per_s'] / copy_rate:.0%}")
+    if args.rss and rss.samples:
+        series = ", ".join(f"{mib:.0f}" for mib in rss.samples)
+        print(f"server RSS during the batched run, MiB, once a second: {series}")
 
 
 if __name__ == "__main__":

@@ -30,11 +30,13 @@ import time
 import urllib.parse
 from collections import deque
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 log = logging.getLogger("keelwave")
 
 MAX_BATCH = 500  # steps or model calls in one request
+PARALLEL_REQUESTS = 8  # run starts and finishes in flight at once
 
 
 @dataclass(slots=True)
@@ -79,7 +81,8 @@ class Transport:
         self._reported: set[str] = set()
         self._down_since: float | None = None
         self._closed = False
-        self._conn: http.client.HTTPConnection | None = None
+        self._local = threading.local()
+        self._pool: ThreadPoolExecutor | None = None
         self._thread = threading.Thread(target=self._run, name="keelwave-transport", daemon=True)
         self._thread.start()
 
@@ -128,12 +131,15 @@ class Transport:
                 self._wakeup.wait(1.0)
                 self._wakeup.clear()
                 continue
-            requests = self._take()
+            phases = self._take()
             try:
-                for batch in requests:
-                    self._deliver(batch)
-                    with self._idle:
-                        self._sending -= len(batch)
+                for concurrent, requests in phases:
+                    if concurrent and len(requests) > 1:
+                        # One event per request (run starts, finishes): several at once.
+                        list(self._senders().map(self._deliver_counted, requests))
+                    else:
+                        for batch in requests:
+                            self._deliver_counted(batch)
             except Exception:  # a bug must not kill the sender
                 log.exception("keelwave: failed to send events")
             finally:
@@ -142,15 +148,26 @@ class Transport:
                     self._idle.notify_all()
         self._close_connection()
 
-    def _take(self) -> list[list[Event]]:
+    def _deliver_counted(self, batch: list[Event]) -> None:
+        self._deliver(batch)
+        with self._idle:
+            self._sending -= len(batch)
+
+    def _senders(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(PARALLEL_REQUESTS, thread_name_prefix="keelwave-send")
+        return self._pool
+
+    def _take(self) -> list[tuple[bool, list[list[Event]]]]:
         """Everything waiting (up to a limit), as requests in a safe order.
 
         Batching comes from the sender being busy: what queued up during one
         round goes out together in the next, with no artificial delay. Run
-        starts go first and finishes last, so a finish never overtakes its
-        run's start; steps and model calls may arrive in any order (the
-        server takes them before their run, and their identities make
-        resends harmless).
+        starts go first (several requests at once), then steps and model calls
+        in batches, then finishes (several at once), so a finish never
+        overtakes its run's start; steps and model calls may arrive in any
+        order (the server takes them before their run, and their identities
+        make resends harmless). Each phase ends before the next begins.
         """
         with self._idle:
             taken = [self._queue.popleft() for _ in range(min(len(self._queue), 4 * MAX_BATCH))]
@@ -158,12 +175,15 @@ class Transport:
         by_kind: dict[str, list[Event]] = {"run": [], "step": [], "ai": [], "finish": []}
         for event in taken:
             by_kind[event.kind].append(event)
-        requests = [[event] for event in by_kind["run"]]
+        batched: list[list[Event]] = []
         for kind in _BATCHED:
             events = by_kind[kind]
-            requests += [events[i : i + MAX_BATCH] for i in range(0, len(events), MAX_BATCH)]
-        requests += [[event] for event in by_kind["finish"]]
-        return requests
+            batched += [events[i : i + MAX_BATCH] for i in range(0, len(events), MAX_BATCH)]
+        return [
+            (True, [[event] for event in by_kind["run"]]),
+            (False, batched),
+            (True, [[event] for event in by_kind["finish"]]),
+        ]
 
     def _deliver(self, batch: list[Event]) -> None:
         first = batch[0]
@@ -216,16 +236,18 @@ class Transport:
         return None, None
 
     def _connection(self) -> http.client.HTTPConnection:
-        if self._conn is None:
+        conn = getattr(self._local, "conn", None)  # one keep-alive connection per thread
+        if conn is None:
             cls = http.client.HTTPSConnection if self._scheme == "https" else \
                 http.client.HTTPConnection  # fmt: skip
-            self._conn = cls(self._host, self._port, timeout=self._timeout)
-        return self._conn
+            conn = self._local.conn = cls(self._host, self._port, timeout=self._timeout)
+        return conn
 
     def _close_connection(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
+            self._local.conn = None
 
     def _report(self, kind: str, message: str) -> None:
         if kind not in self._reported:

@@ -307,3 +307,29 @@ async def test_loop_fingerprint_matches_spec_example(api: Api, project: Project)
             }
         ]
     }
+
+
+async def test_runs_can_start_in_a_batch(api: Api, project: Project, db_url: str) -> None:
+    ids = [str(uuid.uuid4()) for _ in range(3)]
+    body = [{"id": run_id, "agent_name": f"agent-{n}"} for n, run_id in enumerate(ids)]
+    body.append({"agent_name": "no-id"})
+    status, answer, _ = await api.post(
+        "/v1/ingest/agent/runs", json=body, headers=project.auth("ingest")
+    )
+    assert status == 201, answer
+    assert answer["data"]["accepted"] == 4 and answer["data"]["ids"][:3] == ids
+    status, answer, _ = await api.post(
+        "/v1/ingest/agent/runs",
+        json=body[:3],  # a retry
+        headers=project.auth("ingest"),
+    )
+    assert status == 201
+    assert query(
+        db_url, "SELECT count(*) FROM agent_runs WHERE project_id = %s", (project.id,)
+    ) == [(4,)]
+    status, answer, _ = await api.post(
+        "/v1/ingest/agent/runs",
+        headers=project.auth("ingest"),
+        json=[{"agent_name": "ok"}, {"agent_name": ""}],
+    )
+    assert (status, answer["error"]["field"]) == (422, "[1].agent_name")

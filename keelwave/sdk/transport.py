@@ -53,7 +53,7 @@ class Event:
 
 
 _PATHS = {"run": "/v1/ingest/agent/runs", "step": "/v1/ingest/agent/steps", "ai": "/v1/ingest/ai"}
-_BATCHED = ("step", "ai")
+_BATCHED = ("run", "step", "ai")
 
 
 class Transport:
@@ -163,8 +163,8 @@ class Transport:
 
         Batching comes from the sender being busy: what queued up during one
         round goes out together in the next, with no artificial delay. Run
-        starts go first (several requests at once), then steps and model calls
-        in batches, then finishes (several at once), so a finish never
+        starts go first, then steps and model calls, all in batches, then
+        finishes (one request each, several at once), so a finish never
         overtakes its run's start; steps and model calls may arrive in any
         order (the server takes them before their run, and their identities
         make resends harmless). Each phase ends before the next begins.
@@ -175,13 +175,14 @@ class Transport:
         by_kind: dict[str, list[Event]] = {"run": [], "step": [], "ai": [], "finish": []}
         for event in taken:
             by_kind[event.kind].append(event)
-        batched: list[list[Event]] = []
-        for kind in _BATCHED:
+
+        def batches(kind: str) -> list[list[Event]]:
             events = by_kind[kind]
-            batched += [events[i : i + MAX_BATCH] for i in range(0, len(events), MAX_BATCH)]
+            return [events[i : i + MAX_BATCH] for i in range(0, len(events), MAX_BATCH)]
+
         return [
-            (True, [[event] for event in by_kind["run"]]),
-            (False, batched),
+            (False, batches("run")),
+            (False, batches("step") + batches("ai")),
             (True, [[event] for event in by_kind["finish"]]),
         ]
 

@@ -72,25 +72,33 @@ def _path(is_array: bool, position: int, field: str) -> str:
 
 @routes.post("/v1/ingest/agent/runs")
 async def start_run(request: web.Request) -> web.Response:
+    """One run (answered with its id), or an array of runs (an SDK batching starts)."""
     principal = await request.app[appkeys.KEYSTORE].authenticate(request, INGEST)
-    run: RunStart = decode(await _body(request), RunStart)
-    check_name(run.agent_name, "agent_name")
-    for position, tag in enumerate(run.tags):
-        check_name(tag, f"tags[{position}]")
-    run_id = run.id or uuid.uuid4()
+    runs, is_array = _as_list(decode(await _body(request), RunStart | list[RunStart]))
     now = datetime.now(UTC)
-    row = (
-        principal.project_id,
-        run_id,
-        run.agent_name,
-        run.parent_run_id,
-        timestamp(run.started_at, now),
-        payload(run.input),
-        payload(run.metadata),
-        run.tags,
-    )
-    await _write(request, runs=[row])
-    return json_response({"data": {"id": str(run_id)}}, status=201)
+    rows, ids = [], []
+    for position, run in enumerate(runs):
+        check_name(run.agent_name, _path(is_array, position, "agent_name"))
+        for number, tag in enumerate(run.tags):
+            check_name(tag, _path(is_array, position, f"tags[{number}]"))
+        run_id = run.id or uuid.uuid4()
+        ids.append(str(run_id))
+        rows.append(
+            (
+                principal.project_id,
+                run_id,
+                run.agent_name,
+                run.parent_run_id,
+                timestamp(run.started_at, now),
+                payload(run.input),
+                payload(run.metadata),
+                run.tags,
+            )
+        )
+    await _write(request, runs=rows)
+    if is_array:
+        return json_response({"data": {"accepted": len(ids), "ids": ids}}, status=201)
+    return json_response({"data": {"id": ids[0]}}, status=201)
 
 
 @routes.post("/v1/ingest/agent/runs/{run_id}/finish")

@@ -250,7 +250,14 @@ SCHEMAS["RunDetail"] = {
 }
 
 RESPONSES: dict[str, Any] = {
-    "RunCreated": envelope(obj({"id": UUID})),
+    "RunCreated": envelope(
+        {
+            "oneOf": [
+                obj({"id": UUID}),
+                obj({"accepted": INT, "ids": {"type": "array", "items": UUID}}),
+            ]
+        }
+    ),
     "RunFinished": envelope(
         obj({"id": UUID, "termination_reason": {"enum": list(TERMINATION_REASONS)}})
     ),

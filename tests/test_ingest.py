@@ -333,3 +333,37 @@ async def test_runs_can_start_in_a_batch(api: Api, project: Project, db_url: str
         json=[{"agent_name": "ok"}, {"agent_name": ""}],
     )
     assert (status, answer["error"]["field"]) == (422, "[1].agent_name")
+
+
+async def test_runs_can_finish_in_a_batch(api: Api, project: Project, db_url: str) -> None:
+    ids = [await start_run(api, project) for _ in range(3)]
+    stranger = str(uuid.uuid4())
+    body = [
+        {"id": ids[0], "termination_reason": "clean"},
+        {
+            "id": ids[1],
+            "termination_reason": "loop_detected",
+            "loop_detected": True,
+            "loop_step_index": 2,
+        },
+        {"id": stranger, "termination_reason": "error"},
+    ]
+    status, answer, _ = await api.post(
+        "/v1/ingest/agent/runs/finish", json=body, headers=project.auth("ingest")
+    )
+    assert status == 200, answer
+    assert answer["data"] == {"finished": 2, "unknown": [stranger]}
+    rows = dict(
+        query(
+            db_url,
+            "SELECT id::text, termination_reason FROM agent_runs WHERE project_id = %s",
+            (project.id,),
+        )
+    )
+    assert rows == {ids[0]: "clean", ids[1]: "loop_detected", ids[2]: None}
+    status, answer, _ = await api.post(
+        "/v1/ingest/agent/runs/finish",
+        headers=project.auth(),
+        json=[{"id": ids[2], "termination_reason": "finished"}],
+    )
+    assert (status, answer["error"]["field"]) == (422, "[0].termination_reason")

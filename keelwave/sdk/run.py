@@ -212,6 +212,7 @@ class Run:
             )
         self.termination_reason = termination_reason
         body: dict[str, Any] = {
+            "id": self.id,  # for the batch endpoint, which finishes many runs at once
             "termination_reason": termination_reason,
             "loop_detected": self.loop_detected,
             "ended_at": _now(),

@@ -30,13 +30,11 @@ import time
 import urllib.parse
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 log = logging.getLogger("keelwave")
 
 MAX_BATCH = 500  # steps or model calls in one request
-PARALLEL_REQUESTS = 8  # run starts and finishes in flight at once
 
 
 @dataclass(slots=True)
@@ -52,8 +50,13 @@ class Event:
         return self.body if isinstance(self.body, str) else self.body()
 
 
-_PATHS = {"run": "/v1/ingest/agent/runs", "step": "/v1/ingest/agent/steps", "ai": "/v1/ingest/ai"}
-_BATCHED = ("run", "step", "ai")
+_PATHS = {
+    "run": "/v1/ingest/agent/runs",
+    "step": "/v1/ingest/agent/steps",
+    "ai": "/v1/ingest/ai",
+    "finish": "/v1/ingest/agent/runs/finish",  # the batch form: one request, many finishes
+}
+_BATCHED = ("run", "step", "ai", "finish")
 
 
 class Transport:
@@ -82,7 +85,6 @@ class Transport:
         self._down_since: float | None = None
         self._closed = False
         self._local = threading.local()
-        self._pool: ThreadPoolExecutor | None = None
         self._thread = threading.Thread(target=self._run, name="keelwave-transport", daemon=True)
         self._thread.start()
 
@@ -131,15 +133,11 @@ class Transport:
                 self._wakeup.wait(1.0)
                 self._wakeup.clear()
                 continue
-            phases = self._take()
             try:
-                for concurrent, requests in phases:
-                    if concurrent and len(requests) > 1:
-                        # One event per request (run starts, finishes): several at once.
-                        list(self._senders().map(self._deliver_counted, requests))
-                    else:
-                        for batch in requests:
-                            self._deliver_counted(batch)
+                for batch in self._take():
+                    self._deliver(batch)
+                    with self._idle:
+                        self._sending -= len(batch)
             except Exception:  # a bug must not kill the sender
                 log.exception("keelwave: failed to send events")
             finally:
@@ -148,26 +146,15 @@ class Transport:
                     self._idle.notify_all()
         self._close_connection()
 
-    def _deliver_counted(self, batch: list[Event]) -> None:
-        self._deliver(batch)
-        with self._idle:
-            self._sending -= len(batch)
-
-    def _senders(self) -> ThreadPoolExecutor:
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(PARALLEL_REQUESTS, thread_name_prefix="keelwave-send")
-        return self._pool
-
-    def _take(self) -> list[tuple[bool, list[list[Event]]]]:
+    def _take(self) -> list[list[Event]]:
         """Everything waiting (up to a limit), as requests in a safe order.
 
         Batching comes from the sender being busy: what queued up during one
         round goes out together in the next, with no artificial delay. Run
-        starts go first, then steps and model calls, all in batches, then
-        finishes (one request each, several at once), so a finish never
-        overtakes its run's start; steps and model calls may arrive in any
-        order (the server takes them before their run, and their identities
-        make resends harmless). Each phase ends before the next begins.
+        starts go first, then steps and model calls, then finishes, all in
+        batches, so a finish never overtakes its run's start; steps and model
+        calls may arrive in any order (the server takes them before their
+        run, and their identities make resends harmless).
         """
         with self._idle:
             taken = [self._queue.popleft() for _ in range(min(len(self._queue), 4 * MAX_BATCH))]
@@ -180,11 +167,7 @@ class Transport:
             events = by_kind[kind]
             return [events[i : i + MAX_BATCH] for i in range(0, len(events), MAX_BATCH)]
 
-        return [
-            (False, batches("run")),
-            (False, batches("step") + batches("ai")),
-            (True, [[event] for event in by_kind["finish"]]),
-        ]
+        return batches("run") + batches("step") + batches("ai") + batches("finish")
 
     def _deliver(self, batch: list[Event]) -> None:
         first = batch[0]

@@ -17,11 +17,12 @@ from keelwave.server import appkeys
 from keelwave.server.auth import INGEST
 from keelwave.server.errors import ApiError, not_found, unavailable
 from keelwave.server.fingerprint import fingerprint
-from keelwave.server.lifecycle import Finish, finish_run
+from keelwave.server.lifecycle import Finish, finish_run, finish_runs
 from keelwave.server.responses import json_response
 from keelwave.server.schemas import (
     ModelCall,
     RunFinish,
+    RunFinishItem,
     RunStart,
     Step,
     check_name,
@@ -99,6 +100,32 @@ async def start_run(request: web.Request) -> web.Response:
     if is_array:
         return json_response({"data": {"accepted": len(ids), "ids": ids}}, status=201)
     return json_response({"data": {"id": ids[0]}}, status=201)
+
+
+@routes.post("/v1/ingest/agent/runs/finish")
+async def finish_many(request: web.Request) -> web.Response:
+    """Finish several runs at once (an SDK batching finishes); unknown runs are listed."""
+    principal = await request.app[appkeys.KEYSTORE].authenticate(request, INGEST)
+    items, _ = _as_list(decode(await _body(request), RunFinishItem | list[RunFinishItem]))
+    now = datetime.now(UTC)
+    finishes = [
+        (
+            item.id,
+            Finish(
+                termination_reason=item.termination_reason,
+                ended_at=timestamp(item.ended_at, now),
+                loop_detected=item.loop_detected,
+                loop_step_index=item.loop_step_index,
+                output=payload(item.output),
+                error=clean_text(item.error),
+            ),
+        )
+        for item in items
+    ]
+    unknown = await finish_runs(request.app[appkeys.POOL], principal.project_id, finishes)
+    return json_response(
+        {"data": {"finished": len(finishes) - len(unknown), "unknown": [str(u) for u in unknown]}}
+    )
 
 
 @routes.post("/v1/ingest/agent/runs/{run_id}/finish")

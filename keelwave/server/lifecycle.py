@@ -35,8 +35,6 @@ class Finish:
     error: str | None = None
 
 
-_LOCK_RUN = "SELECT pg_advisory_xact_lock(%s, %s)"
-
 _OLD = """
 SELECT agent_name, started_at, termination_reason, loop_detected, duration_ms
 FROM agent_runs WHERE project_id = %s AND id = %s FOR UPDATE
@@ -60,29 +58,40 @@ async def finish_run(
     pool: AsyncConnectionPool, project_id: str, run_id: uuid.UUID, finish: Finish
 ) -> bool:
     """Finish (or re-finish) a run and move it between rollup counters; False if unknown."""
+    return not await finish_runs(pool, project_id, [(run_id, finish)])
+
+
+async def finish_runs(
+    pool: AsyncConnectionPool, project_id: str, finishes: list[tuple[uuid.UUID, Finish]]
+) -> list[uuid.UUID]:
+    """Finish several runs in one transaction; return the ids that are not this project's runs."""
+    unknown = []
     async with pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
-        await cur.execute(_LOCK_RUN, (writes.LOCK_NAMESPACE, writes.lock_keys({run_id})[0]))
-        old = await (await cur.execute(_OLD, (project_id, run_id))).fetchone()
-        if old is None:
-            return False
-        new = await (
-            await cur.execute(
-                _FINISH,
-                {
-                    "ended_at": finish.ended_at,
-                    "reason": finish.termination_reason,
-                    "loop_detected": finish.loop_detected,
-                    "loop_step_index": finish.loop_step_index,
-                    "output": finish.output,
-                    "error": finish.error,
-                    "project_id": project_id,
-                    "run_id": run_id,
-                },
-            )
-        ).fetchone()
-        await cur.execute(writes.FINISH_DELTA, _delta(project_id, old, new))
+        keys = writes.lock_keys({run_id for run_id, _ in finishes})
+        await cur.execute(writes.LOCK_SQL, (writes.LOCK_NAMESPACE, keys))
+        for run_id, finish in finishes:
+            old = await (await cur.execute(_OLD, (project_id, run_id))).fetchone()
+            if old is None:
+                unknown.append(run_id)
+                continue
+            new = await (
+                await cur.execute(
+                    _FINISH,
+                    {
+                        "ended_at": finish.ended_at,
+                        "reason": finish.termination_reason,
+                        "loop_detected": finish.loop_detected,
+                        "loop_step_index": finish.loop_step_index,
+                        "output": finish.output,
+                        "error": finish.error,
+                        "project_id": project_id,
+                        "run_id": run_id,
+                    },
+                )
+            ).fetchone()
+            await cur.execute(writes.FINISH_DELTA, _delta(project_id, old, new))
         await cur.execute(writes.MERGE_ROLLUPS)
-    return True
+    return unknown
 
 
 def _delta(project_id: Any, old: tuple, new: tuple) -> dict:

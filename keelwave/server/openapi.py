@@ -74,6 +74,8 @@ SCHEMAS: dict[str, Any] = {
         },
         required=["termination_reason"],
     ),
+    "RunFinishItem": {"allOf": [{"$ref": "#/components/schemas/RunFinish"},
+                                 obj({"id": UUID})]},  # fmt: skip
     "Step": obj(
         {
             "run_id": UUID,
@@ -262,6 +264,7 @@ RESPONSES: dict[str, Any] = {
         obj({"id": UUID, "termination_reason": {"enum": list(TERMINATION_REASONS)}})
     ),
     "Accepted": envelope(obj({"accepted": INT})),
+    "RunsFinished": envelope(obj({"finished": INT, "unknown": {"type": "array", "items": UUID}})),
     "CallsAccepted": envelope(obj({"accepted": INT, "ids": {"type": "array", "items": UUID}})),
     "Me": envelope(obj({"project_id": UUID, "project": STR, "scope": STR, "key_id": UUID})),
     "Loops": envelope({"type": "array", "items": ref("LoopGroup")}),
@@ -372,6 +375,9 @@ PATHS = {
     },
     "/v1/ingest/agent/runs/{run_id}/finish": {
         "post": _op("Finish a run", "RunFinished", [RUN], body=ref("RunFinish"))
+    },
+    "/v1/ingest/agent/runs/finish": {
+        "post": _op("Finish several runs", "RunsFinished", body=one_or_many("RunFinishItem"))
     },
     "/v1/ingest/agent/steps": {"post": _op("Send steps", "Accepted", body=one_or_many("Step"))},
     "/v1/ingest/ai": {

@@ -67,6 +67,12 @@ class RunFinish(Struct, kw_only=True):
     ended_at: datetime | None = None
 
 
+class RunFinishItem(RunFinish, kw_only=True):
+    """One element of a batch finish: the finish, and which run it is for."""
+
+    id: uuid.UUID
+
+
 class Step(Struct, kw_only=True):
     run_id: uuid.UUID
     step_index: StepIndex

@@ -117,12 +117,12 @@ export class Run {
     if (this.finished) return;
     if (!TERMINATION_REASONS.includes(reason)) throw new Error(`terminationReason must be one of ${TERMINATION_REASONS.join(", ")}`);
     this.terminationReason = reason;
-    const body: Record<string, unknown> = { termination_reason: reason, loop_detected: this.loopDetected, ended_at: now() };
+    const body: Record<string, unknown> = { id: this.id, termination_reason: reason, loop_detected: this.loopDetected, ended_at: now() };
     if (this.loopStepIndex !== null) body.loop_step_index = this.loopStepIndex;
     if (end.error !== undefined) body.error = errorText(end.error);
     let text = JSON.stringify(body);
     if (end.output !== undefined) text = `${text.slice(0, -1)},"output":${canonicalJson(end.output)}}`;
-    this.sink({ kind: "finish", body: text, path: `/v1/ingest/agent/runs/${this.id}/finish` });
+    this.sink({ kind: "finish", body: text });
   }
 
   /** @internal */

@@ -4,9 +4,14 @@
 // has a stable identity, so a resend is stored once. Nothing here throws into
 // the agent; problems are logged once.
 
-export type Event = { kind: "run" | "step" | "ai" | "finish"; body: string; path?: string };
+export type Event = { kind: "run" | "step" | "ai" | "finish"; body: string };
 
-const PATHS = { run: "/v1/ingest/agent/runs", step: "/v1/ingest/agent/steps", ai: "/v1/ingest/ai" };
+const PATHS = {
+  run: "/v1/ingest/agent/runs",
+  step: "/v1/ingest/agent/steps",
+  ai: "/v1/ingest/ai",
+  finish: "/v1/ingest/agent/runs/finish", // the batch form: many finishes in one request
+};
 const MAX_BATCH = 500;
 
 export class Transport {
@@ -60,11 +65,7 @@ export class Transport {
       const requests: Event[][] = [];
       for (const kind of ["run", "step", "ai", "finish"] as const) {
         const events = taken.filter((event) => event.kind === kind);
-        if (kind === "step" || kind === "ai") {
-          for (let i = 0; i < events.length; i += MAX_BATCH) requests.push(events.slice(i, i + MAX_BATCH));
-        } else {
-          requests.push(...events.map((event) => [event]));
-        }
+        for (let i = 0; i < events.length; i += MAX_BATCH) requests.push(events.slice(i, i + MAX_BATCH));
       }
       for (const batch of requests) {
         const delivered = await this.deliver(batch);
@@ -83,9 +84,9 @@ export class Transport {
 
   private async deliver(batch: Event[]): Promise<boolean> {
     const first = batch[0];
-    const batched = first.kind === "step" || first.kind === "ai";
-    const path = first.path ?? PATHS[first.kind as "run" | "step" | "ai"];
-    const body = batched ? "[" + batch.map((event) => event.body).join(",") + "]" : first.body;
+    // Every kind goes in batches (the server takes arrays on each ingest endpoint).
+    const path = PATHS[first.kind];
+    const body = "[" + batch.map((event) => event.body).join(",") + "]";
     let status = 0, retryAfter: number | null = null;
     try {
       const response = await fetch(this.endpoint + path, {

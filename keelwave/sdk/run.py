@@ -224,7 +224,7 @@ class Run:
         text = dumps(body)
         if output is not None:
             text = f'{text[:-1]},"output":{canonical_json(output)}}}'
-        self._client._send(Event("finish", text, f"/v1/ingest/agent/runs/{self.id}/finish"))
+        self._client._send(Event("finish", text))
 
 
 def _render_step(

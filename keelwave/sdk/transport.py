@@ -1,8 +1,9 @@
 """The background sender: the agent hands over events and goes on at full speed.
 
-Events go into a bounded in-memory queue; one daemon thread sends them,
-batching steps (and model calls) into one request. Order matters only in
-that a run is created before it is finished; see ``_take``.
+Events go into a bounded in-memory queue; one daemon thread sends them in
+batches, one request per kind of event (run starts, steps, model calls,
+finishes). Order matters only in that a run is created before it is
+finished; see ``_take``.
 
 Failures never reach the agent:
 
@@ -44,7 +45,6 @@ class Event:
 
     kind: str  # "run", "step", "ai" or "finish"
     body: str | Callable[[], str]
-    path: str = ""  # for "finish": the run's finish path
 
     def text(self) -> str:
         return self.body if isinstance(self.body, str) else self.body()
@@ -56,7 +56,6 @@ _PATHS = {
     "ai": "/v1/ingest/ai",
     "finish": "/v1/ingest/agent/runs/finish",  # the batch form: one request, many finishes
 }
-_BATCHED = ("run", "step", "ai", "finish")
 
 
 class Transport:
@@ -171,10 +170,8 @@ class Transport:
 
     def _deliver(self, batch: list[Event]) -> None:
         first = batch[0]
-        if first.kind in _BATCHED:
-            path, body = _PATHS[first.kind], "[" + ",".join(e.text() for e in batch) + "]"
-        else:
-            path, body = first.path or _PATHS[first.kind], first.text()
+        # Every kind goes in batches: each ingest endpoint takes an array.
+        path, body = _PATHS[first.kind], "[" + ",".join(e.text() for e in batch) + "]"
         delay = 0.5
         while True:
             status, retry_after = self._post(path, body.encode("utf-8"))

@@ -74,8 +74,9 @@ SCHEMAS: dict[str, Any] = {
         },
         required=["termination_reason"],
     ),
-    "RunFinishItem": {"allOf": [{"$ref": "#/components/schemas/RunFinish"},
-                                 obj({"id": UUID})]},  # fmt: skip
+    "RunFinishItem": {
+        "allOf": [{"$ref": "#/components/schemas/RunFinish"}, obj({"id": UUID})]
+    },  # fmt: skip
     "Step": obj(
         {
             "run_id": UUID,

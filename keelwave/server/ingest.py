@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 
 from aiohttp import web
 
-from keelwave.server import appkeys
+from keelwave.server import appkeys, params
 from keelwave.server.auth import INGEST
 from keelwave.server.errors import ApiError, not_found, unavailable
 from keelwave.server.fingerprint import fingerprint
@@ -131,7 +131,7 @@ async def finish_many(request: web.Request) -> web.Response:
 @routes.post("/v1/ingest/agent/runs/{run_id}/finish")
 async def finish(request: web.Request) -> web.Response:
     principal = await request.app[appkeys.KEYSTORE].authenticate(request, INGEST)
-    run_id = _uuid_or_404(request.match_info["run_id"])
+    run_id = params.run_id_of(request)
     body: RunFinish = decode(await _body(request), RunFinish)
     found = await finish_run(
         request.app[appkeys.POOL],
@@ -235,10 +235,3 @@ async def ingest_model_calls(request: web.Request) -> web.Response:
         )
     await _write(request, traces=rows)
     return json_response({"data": {"accepted": len(rows), "ids": ids}})
-
-
-def _uuid_or_404(text: str) -> uuid.UUID:
-    try:
-        return uuid.UUID(text)
-    except ValueError:
-        raise not_found(f"run {text!r}") from None

@@ -10,7 +10,6 @@ A run's status is computed when it is read: ``finished`` once it has ended,
 from __future__ import annotations
 
 import base64
-from datetime import datetime
 from typing import Any
 
 from aiohttp import web
@@ -34,16 +33,6 @@ RUN_FIELDS = """
          WHEN last_activity_at < now() - %(stall)s THEN 'stalled'
          ELSE 'running' END AS status
 """
-
-
-def _run_json(row: dict[str, Any]) -> dict[str, Any]:
-    out = dict(row)
-    for key, value in row.items():
-        if isinstance(value, datetime):
-            out[key] = value.isoformat()
-        elif key in ("id", "parent_run_id") and value is not None:
-            out[key] = str(value)
-    return out
 
 
 @routes.get("/v1/projects/{project_id}/agent/runs")
@@ -97,7 +86,7 @@ async def list_runs(request: web.Request) -> web.Response:
     if len(rows) > limit:
         rows = rows[:limit]
         next_cursor = params.encode_cursor(rows[-1]["started_at"].isoformat(), rows[-1]["id"])
-    return json_response({"data": [_run_json(row) for row in rows], "next_cursor": next_cursor})
+    return json_response({"data": rows, "next_cursor": next_cursor})
 
 
 @routes.get("/v1/projects/{project_id}/agent/runs/{run_id}")
@@ -124,7 +113,7 @@ async def get_run(request: web.Request) -> web.Response:
                 (project_id, run_id),
             )
         ).fetchall()
-    run = _run_json(row)
+    run = row
     run["loop_groups"] = [loop_group(group) for group in loops]
     run["child_runs"] = [str(child) for (child,) in children]
     return json_response({"data": run})
@@ -172,7 +161,6 @@ def _step_json(row: dict[str, Any]) -> dict[str, Any]:
     row["fingerprint"] = base64.b64encode(fingerprint).decode() if fingerprint else None
     row["loop_hits"] = hits if hits > 1 else 0
     row["in_loop"] = hits > 1
-    row["started_at"] = row["started_at"].isoformat()
     return row
 
 
@@ -195,4 +183,4 @@ async def run_model_calls(request: web.Request) -> web.Response:
             exists = await conn.execute(RUN_EXISTS_SQL, {"p": project_id, "r": run_id})
             if not (await exists.fetchone())[0]:
                 raise not_found(f"run {run_id}")
-    return json_response({"data": [_run_json(row) for row in rows]})
+    return json_response({"data": rows})

@@ -3,17 +3,16 @@ user sees loops, stalls, errors, guards and costs on the first minute."""
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import time
-import urllib.error
-import urllib.request
 from typing import Annotated
 
 import typer
 
 from keelwave.cli.common import fail, stdout
+from keelwave.remote.api import Api, ApiError
+from keelwave.remote.config import Credentials
 from keelwave.sdk import Keelwave, LoopDetected, MaxStepsExceeded, Run, get_current_run
 
 QUESTIONS = [
@@ -23,24 +22,6 @@ QUESTIONS = [
 ]  # fmt: skip
 MODELS = [("openai", "gpt-4o-mini"), ("openai", "gpt-4.1"), ("anthropic", "claude-sonnet-4-5"),
           ("anthropic", "claude-haiku-4-5"), ("google", "gemini-2.5-flash")]  # fmt: skip
-
-
-def check_key(endpoint: str, api_key: str) -> dict:
-    request = urllib.request.Request(
-        f"{endpoint}/v1/me", headers={"Authorization": f"Bearer {api_key}"}
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return json.load(response)["data"]
-    except urllib.error.HTTPError as error:
-        try:
-            message = json.load(error)["error"]["message"]
-        except (ValueError, KeyError, TypeError):
-            message = f"HTTP {error.code}"
-        fail(f"{endpoint} refused the key: {message}")
-    except (urllib.error.URLError, OSError) as error:
-        reason = getattr(error, "reason", error)
-        fail(f"cannot reach keelwave at {endpoint}: {reason} (is `keelwave serve` running?)")
 
 
 def demo(
@@ -65,7 +46,10 @@ def demo(
             "no API key: pass --api-key or set KEELWAVE_API_KEY (`keelwave serve` printed one "
             "on its first start; `keelwave keys create` makes another)"
         )
-    me = check_key(endpoint, api_key)
+    try:
+        me = Api(Credentials(endpoint, api_key, "flag")).me()
+    except ApiError as error:
+        fail(str(error))
     if me["scope"] == "read":
         fail("this key has scope 'read'; the demo sends data and needs an 'ingest' or 'all' key")
 

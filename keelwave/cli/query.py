@@ -118,7 +118,7 @@ def runs(
     for run in data:
         table.add_row(
             fmt.short_id(run["id"]), run["agent_name"], fmt.ago(run["started_at"]),
-            fmt.duration(run["duration_ms"]), str(run["step_count"]), _status(run),
+            fmt.duration(run["duration_ms"]), str(run["step_count"]), fmt.status(run),
             Text("LOOP", style="bold white on red") if run["loop_detected"] else "",
             fmt.tokens(run["input_tokens"] + run["output_tokens"]), fmt.money(run["cost_usd"]),
         )  # fmt: skip
@@ -128,19 +128,6 @@ def runs(
     stdout.print(table)
     if answer.get("next_cursor"):
         stdout.print("[dim]More runs exist: raise --limit (at most 500) or narrow the filters.[/]")
-
-
-SHORT_REASONS = {"max_steps_reached": "max steps", "context_limit": "context",
-                 "loop_detected": "loop"}  # fmt: skip
-
-
-def _status(run: dict, short: bool = True) -> Text:
-    """How the run ended (its termination reason), or that it has not yet."""
-    if run["status"] == "finished":
-        reason = run["termination_reason"] or "finished"
-        style = {"clean": "green", "error": "red", "loop_detected": "red"}.get(reason, "yellow")
-        return Text(SHORT_REASONS.get(reason, reason) if short else reason, style=style)
-    return Text(run["status"], style="yellow" if run["status"] == "stalled" else "cyan")
 
 
 @runs_app.command("show")
@@ -156,7 +143,7 @@ def show(
     with api_for(endpoint or parent.get("endpoint"), api_key or parent.get("api_key")) as api:
         run_id = api.resolve_run(run_ref)
         run = api.agent(f"/runs/{run_id}")["data"]
-        steps = _all_steps(api, run_id)
+        steps = api.all_steps(run_id)
         calls = api.agent(f"/runs/{run_id}/llm")["data"]
     if as_json:
         print_json({"run": run, "steps": steps, "llm_calls": calls})
@@ -169,7 +156,7 @@ def show(
     for label, value in (
         ("run", run["id"]),
         ("agent", run["agent_name"]),
-        ("status", _status(run, short=False)),
+        ("status", fmt.status(run, short=False)),
         ("termination", run["termination_reason"] or "—"),
         ("loop", loop),
         ("duration", fmt.duration(run["duration_ms"])),
@@ -198,17 +185,6 @@ def show(
         note = Text(f"{band.errors} error(s)", style="red") if band.errors else ""
         timeline.add_row(where, what, fmt.duration(band.duration_ms), note)
     stdout.print(timeline if steps else "No steps recorded.")
-
-
-def _all_steps(api: Api, run_id: str) -> list[dict]:
-    steps: list[dict] = []
-    cursor = None
-    while True:
-        answer = api.agent(f"/runs/{run_id}/steps", limit=5000, cursor=cursor)
-        steps += answer["data"]
-        cursor = answer.get("next_cursor")
-        if not cursor:
-            return steps
 
 
 def loops(

@@ -67,6 +67,17 @@ class Api:
         """GET under ``/v1/projects/{project}/agent``; the whole answer."""
         return self.get(f"/v1/projects/{self.project}/agent{path}", **params)
 
+    def all_steps(self, run_id: str) -> list[dict]:
+        """Every step of a run, page after page."""
+        steps: list[dict] = []
+        cursor = None
+        while True:
+            answer = self.agent(f"/runs/{run_id}/steps", limit=5000, cursor=cursor)
+            steps += answer["data"]
+            cursor = answer.get("next_cursor")
+            if not cursor:
+                return steps
+
     def resolve_run(self, reference: str) -> str:
         """A full run id from an id or a unique start of one."""
         reference = reference.strip().lower()

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from rich.text import Text
+
 
 def duration(ms: float | None) -> str:
     if ms is None:
@@ -67,6 +69,19 @@ def change(current: float | None, previous: float | None, as_points: bool = Fals
     if previous == 0:
         return "new" if current else "—"
     return f"{(current - previous) / previous * 100:+.0f}%"
+
+
+SHORT_REASONS = {"max_steps_reached": "max steps", "context_limit": "context",
+                 "loop_detected": "loop"}  # fmt: skip
+
+
+def status(run: dict, short: bool = True) -> Text:
+    """How the run ended (its termination reason), or that it has not yet, coloured."""
+    if run["status"] == "finished":
+        reason = run["termination_reason"] or "finished"
+        style = {"clean": "green", "error": "red", "loop_detected": "red"}.get(reason, "yellow")
+        return Text(SHORT_REASONS.get(reason, reason) if short else reason, style=style)
+    return Text(run["status"], style="yellow" if run["status"] == "stalled" else "cyan")
 
 
 def short_id(run_id: str) -> str:

@@ -18,7 +18,6 @@ from textual.widgets import DataTable, Footer, Static, TabbedContent, TabPane, T
 from keelwave.remote import format as fmt
 from keelwave.remote.api import ApiError
 from keelwave.remote.timeline import Band, fold
-from keelwave.tui.runs_screen import status_text
 from keelwave.tui.source import Source
 
 
@@ -86,7 +85,7 @@ class RunScreen(Screen):
         text.append(run["agent_name"], style="bold")
         text.append(f"  {run['id']}\n", style="dim")
         text.append("status ", style="dim")
-        shown = status_text(run)
+        shown = fmt.status(run)
         text.append_text(shown)
         if run["termination_reason"] and run["termination_reason"] != shown.plain:
             text.append(f" ({run['termination_reason']})", style="dim")

@@ -16,15 +16,6 @@ from keelwave.remote.api import ApiError
 from keelwave.tui.source import Source
 
 STATUSES = (None, "running", "stalled", "finished")
-SHORT = {"max_steps_reached": "max steps", "context_limit": "context", "loop_detected": "loop"}
-
-
-def status_text(run: dict) -> Text:
-    if run["status"] == "finished":
-        reason = run["termination_reason"] or "finished"
-        style = {"clean": "green", "error": "red", "loop_detected": "red"}.get(reason, "yellow")
-        return Text(SHORT.get(reason, reason), style=style)
-    return Text(run["status"], style="yellow" if run["status"] == "stalled" else "cyan")
 
 
 class SummaryStrip(Static):
@@ -130,7 +121,7 @@ class RunsScreen(Screen):
         for run in runs:
             table.add_row(
                 fmt.short_id(run["id"]), run["agent_name"], fmt.ago(run["started_at"], now),
-                fmt.duration(run["duration_ms"]), str(run["step_count"]), status_text(run),
+                fmt.duration(run["duration_ms"]), str(run["step_count"]), fmt.status(run),
                 Text(" LOOP ", style="bold white on red") if run["loop_detected"] else "",
                 fmt.tokens(run["input_tokens"] + run["output_tokens"]), fmt.money(run["cost_usd"]),
                 key=run["id"],

@@ -33,14 +33,7 @@ class Source:
         return (await self._get(f"/runs/{run_id}"))["data"]
 
     async def steps(self, run_id: str) -> list[dict]:
-        steps: list[dict] = []
-        cursor = None
-        while True:
-            answer = await self._get(f"/runs/{run_id}/steps", limit=5000, cursor=cursor)
-            steps += answer["data"]
-            cursor = answer.get("next_cursor")
-            if not cursor:
-                return steps
+        return await asyncio.to_thread(self.api.all_steps, run_id)
 
     async def llm_calls(self, run_id: str) -> list[dict]:
         return (await self._get(f"/runs/{run_id}/llm"))["data"]

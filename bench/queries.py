@@ -87,39 +87,45 @@ async def build(url: str, key: str, runs: int, steps: int, days: float) -> str:
     started = time.perf_counter()
 
     async def producer() -> None:
+        # Runs go out in groups of 25, each kind of event in one request, as the
+        # SDKs batch them: runs, then their steps, model calls and finishes.
         rng = random.Random(42)
-        for _ in range(runs):
-            await queue.put(run_batch(rng, now, days, per_run))
-        for _ in range(16):
+        for first in range(0, runs, 25):
+            group = [run_batch(rng, now, days, per_run) for _ in range(min(25, runs - first))]
+            await queue.put(group)
+        for _ in range(8):
             await queue.put(None)
 
+    async def post(session: aiohttp.ClientSession, path: str, body: object) -> None:
+        data = json.dumps(body)
+        for _attempt in range(20):
+            async with session.post(url + path, data=data, headers=headers) as response:
+                await response.read()
+                if response.status < 300:
+                    return
+                await asyncio.sleep(0.2)
+        raise RuntimeError(f"{path} kept failing: {response.status}")
+
     async def worker(session: aiohttp.ClientSession) -> None:
-        while (item := await queue.get()) is not None:
-            run, run_steps, calls, finish = item
-            for path, body in (
-                ("/v1/ingest/agent/runs", run),
-                ("/v1/ingest/agent/steps", run_steps),
-                ("/v1/ingest/ai", calls),
-                (f"/v1/ingest/agent/runs/{run['id']}/finish", finish),
-            ):
-                for _attempt in range(20):
-                    async with session.post(
-                        url + path, data=json.dumps(body), headers=headers
-                    ) as response:
-                        await response.read()
-                        if response.status < 300:
-                            break
-                        await asyncio.sleep(0.2)
-            sent["runs"] += 1
-            sent["steps"] += len(run_steps)
-            if sent["runs"] % 10000 == 0:
+        while (group := await queue.get()) is not None:
+            await post(session, "/v1/ingest/agent/runs", [run for run, _, _, _ in group])
+            group_steps = [step for _, run_steps, _, _ in group for step in run_steps]
+            await post(session, "/v1/ingest/agent/steps", group_steps)
+            group_calls = [call for _, _, calls, _ in group for call in calls]
+            await post(session, "/v1/ingest/ai", group_calls)
+            finishes = [{"id": run["id"], **finish} for run, _, _, finish in group]
+            await post(session, "/v1/ingest/agent/runs/finish", finishes)
+            before = sent["runs"] // 10000
+            sent["runs"] += len(group)
+            sent["steps"] += len(group_steps)
+            if sent["runs"] // 10000 > before:
                 rate = sent["steps"] / (time.perf_counter() - started)
                 print(
                     f"  {sent['runs']} runs, {sent['steps']} steps ({rate:.0f} steps/s)", flush=True
                 )
 
     async with aiohttp.ClientSession() as session:
-        await asyncio.gather(producer(), *[worker(session) for _ in range(16)])
+        await asyncio.gather(producer(), *[worker(session) for _ in range(8)])
         # One long run for /loops: 1,000 steps, a third of them repeating.
         long_run = str(uuid.uuid4())
         await session.post(
@@ -159,7 +165,8 @@ async def measure(url: str, key: str, long_run: str, repeat: int) -> list[tuple]
             ("runs, looping", f"{base}/runs?loop_detected=true", 50),
             ("loops, 1000-step run", f"{base}/runs/{long_run}/loops", 10),
             ("steps, 1000-step run", f"{base}/runs/{long_run}/steps", None),
-            ("tools 24h", f"{base}/tools?window=24h", None),
+            ("tools 24h", f"{base}/tools?window=24h", 200),
+            ("tools 7d", f"{base}/tools?window=7d", 200),
         ]
         results = []
         for label, endpoint, budget in endpoints:

@@ -87,6 +87,12 @@ class Settings(BaseSettings):
         gt=0,
         description="A run silent for this long is finished with termination_reason 'timeout'.",
     )
+    tools_exact_calls: int = Field(
+        default=50_000,
+        ge=0,
+        description="Up to this many tool calls in a window, /tools computes duration "
+        "percentiles exactly; beyond, from hourly histograms (within 1%).",
+    )
     prices_file: Path | None = Field(
         default=None,
         description="A JSON price table that extends or overrides the shipped one "

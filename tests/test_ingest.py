@@ -361,6 +361,31 @@ async def test_runs_can_finish_in_a_batch(api: Api, project: Project, db_url: st
         )
     )
     assert rows == {ids[0]: "clean", ids[1]: "loop_detected", ids[2]: None}
+
+    # One run twice in a batch: applied in order, as two calls would be.
+    body = [
+        {"id": ids[2], "termination_reason": "error", "loop_detected": True, "error": "x"},
+        {"id": ids[0], "termination_reason": "timeout"},
+        {"id": ids[2], "termination_reason": "clean"},
+    ]
+    status, answer, _ = await api.post(
+        "/v1/ingest/agent/runs/finish", json=body, headers=project.auth("ingest")
+    )
+    assert answer["data"] == {"finished": 3, "unknown": []}
+    [(reason, loop, error)] = query(
+        db_url,
+        "SELECT termination_reason, loop_detected, error FROM agent_runs WHERE id = %s",
+        (ids[2],),
+    )
+    assert (reason, loop, error) == ("clean", True, "x")  # what the last left unset stays
+    [(finished, loops, clean, timeout, errors)] = query(
+        db_url,
+        "SELECT sum(finished_runs), sum(loop_runs), sum(term_clean), sum(term_timeout), "
+        "sum(term_error) FROM agent_run_rollups WHERE project_id = %s",
+        (project.id,),
+    )
+    assert (finished, loops, clean, timeout, errors) == (3, 2, 1, 1, 0)
+
     status, answer, _ = await api.post(
         "/v1/ingest/agent/runs/finish",
         headers=project.auth(),

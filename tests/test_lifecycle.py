@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import aiohttp
@@ -74,6 +75,51 @@ async def test_silent_runs_stall_then_time_out(quick_api: Api, project: Project,
         db_url, "SELECT finished_runs FROM agent_run_rollups WHERE project_id = %s", (project.id,)
     )
     assert finished == 1
+
+
+async def test_tool_stats_follow_a_run_through_its_timeout(
+    quick_api: Api, project: Project, db_url
+) -> None:
+    """While a run goes, /tools reads its steps; once timed out, the rollups; late steps adjust."""
+    api = quick_api
+    started = (datetime.now(UTC) - timedelta(hours=3)).isoformat()  # a whole hour of the window
+    _, body, _ = await api.post(
+        "/v1/ingest/agent/runs",
+        json={"agent_name": "slow", "started_at": started},
+        headers=project.auth(),
+    )
+    run_id = body["data"]["id"]
+
+    def step(index: int, query: str) -> dict:
+        return {"run_id": run_id, "step_index": index, "tool_name": "grep",
+                "tool_input": {"q": query}, "duration_ms": 10.0 * index}  # fmt: skip
+
+    await api.post(
+        "/v1/ingest/agent/steps", json=[step(1, "a"), step(2, "a")], headers=project.auth()
+    )
+
+    async def grep() -> dict:
+        _, body, _ = await api.get(
+            f"/v1/projects/{project.id}/agent/tools?window=24h", headers=project.auth()
+        )
+        [row] = body["data"]
+        return {key: row[key] for key in ("calls", "runs", "repeated_calls", "p50_duration_ms")}
+
+    assert await grep() == {"calls": 2, "runs": 1, "repeated_calls": 1, "p50_duration_ms": 15.0}
+    for _ in range(100):  # the reaper times it out after 2 s
+        if (await run_status(api, project, run_id))["status"] == "finished":
+            break
+        await asyncio.sleep(0.1)
+    [(calls,)] = query(
+        db_url, "SELECT sum(calls) FROM agent_tool_rollups WHERE project_id = %s", (project.id,)
+    )
+    assert calls == 2  # counted in the rollups now, once
+    assert await grep() == {"calls": 2, "runs": 1, "repeated_calls": 1, "p50_duration_ms": 15.0}
+
+    await api.post(
+        "/v1/ingest/agent/steps", json=[step(0, "a"), step(3, "b")], headers=project.auth()
+    )
+    assert await grep() == {"calls": 4, "runs": 1, "repeated_calls": 2, "p50_duration_ms": 15.0}
 
 
 async def test_activity_keeps_a_run_alive(quick_api: Api, project: Project) -> None:

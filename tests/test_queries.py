@@ -6,13 +6,18 @@ definition and compared with what the API says.
 
 from __future__ import annotations
 
+import json
 import random
 import uuid
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
+import aiohttp
 import pytest
-from conftest import Api, Project, make_project
+from conftest import Api, Project, make_project, make_settings
+
+from keelwave.server.app import create_app
 
 NOW = datetime.now(UTC)
 REASONS = ["clean", "max_steps_reached", "context_limit", "error", "loop_detected", "timeout"]
@@ -74,21 +79,40 @@ def make_dataset(seed: int = 7) -> list[Run]:
     return runs
 
 
+TOOLS = ("search", "fetch")
+
+
+def steps_of(run: Run) -> list[dict]:
+    """The run's steps: odd ones search, even ones fetch, every third one a thought.
+
+    Inputs repeat within a run (search gets one of two queries), durations
+    spread over four orders of magnitude, step 5 fails.
+    """
+    rng = random.Random(run.id)
+    steps = []
+    for i in range(1, run.steps + 1):
+        step: dict = {
+            "run_id": run.id,
+            "step_index": i,
+            "duration_ms": round(rng.uniform(0.5, 5000) ** rng.choice((1, 0.5)), 3),
+            "error": "boom" if i == 5 else None,
+            "started_at": (run.started + timedelta(seconds=i)).isoformat(),
+        }
+        if i % 3 == 0:
+            step |= {"step_type": "think", "content": "hmm"}
+        else:
+            step |= {"tool_name": TOOLS[i % 2 == 0], "tool_input": {"q": rng.randint(0, 1)}}
+        steps.append(step)
+    return steps
+
+
 async def send(api: Api, project: Project, runs: list[Run]) -> None:
     auth = project.auth("ingest")
     for position, run in enumerate(runs):
-        steps = [
-            {
-                "run_id": run.id,
-                "step_index": i,
-                "tool_name": "search" if i % 2 else "fetch",
-                "tool_input": {"n": i % 2},
-                "duration_ms": 10 * i,
-                "error": "boom" if i == 5 else None,
-                "started_at": run.started.isoformat(),
-            }
-            for i in range(1, run.steps + 1)
-        ]
+        steps = steps_of(run)
+        # Some finished runs get their last step after their finish.
+        late = steps[-1:] if run.reason and position % 4 == 2 else []
+        steps = steps[: len(steps) - len(late)]
         calls = [
             {**call, "run_id": run.id, "started_at": run.started.isoformat()} for call in run.calls
         ]
@@ -119,6 +143,8 @@ async def send(api: Api, project: Project, runs: list[Run]) -> None:
                 f"/v1/ingest/agent/runs/{run.id}/finish", json=finish, headers=auth
             )
             assert status == 200, body
+            if late:
+                assert (await api.post("/v1/ingest/agent/steps", json=late, headers=auth))[0] == 200
         elif run.loop:
             run.loop = False  # an unfinished run never reported a loop
 
@@ -259,20 +285,92 @@ async def test_timeseries_buckets_add_up(loaded, window: str, bucket: str) -> No
         assert point["input_tokens"] == sum(run.input_tokens for run in inside)
 
 
-async def test_tools(loaded) -> None:
-    api, project, runs = loaded
+def expected_tools(runs: list[Run], since: datetime, until: datetime) -> dict[str, dict]:
+    """Per tool, from the data set's own definition, over the runs started in the range."""
+    tools: dict[str, dict] = {}
+    for run in runs:
+        if not since <= run.started < until:
+            continue
+        seen_tools, seen_inputs = set(), set()
+        for step in steps_of(run):
+            name = step.get("tool_name")
+            if name is None:
+                continue
+            tool = tools.setdefault(name, {"calls": 0, "runs": 0, "repeated": 0, "errors": 0})
+            tool.setdefault("durations", []).append(step["duration_ms"])
+            tool["calls"] += 1
+            tool["runs"] += name not in seen_tools
+            key = (name, json.dumps(step["tool_input"]))
+            tool["repeated"] += key in seen_inputs
+            tool["errors"] += step["error"] is not None
+            seen_tools.add(name)
+            seen_inputs.add(key)
+    return tools
+
+
+async def get_tools(api: Api, project: Project, runs: list[Run], query: dict) -> tuple[dict, dict]:
     status, body, _ = await api.get(
-        f"/v1/projects/{project.id}/agent/tools?window=7d", headers=project.auth("read")
+        f"/v1/projects/{project.id}/agent/tools", params=query, headers=project.auth("read")
     )
-    assert status == 200
-    tools = {row["tool_name"]: row for row in body["data"]}
-    for name, parity in (("search", 1), ("fetch", 0)):
-        indices = [(run.id, i) for run in runs for i in range(1, run.steps + 1) if i % 2 == parity]
-        assert tools[name]["calls"] == len(indices)
-        # search always gets {"n": 1}, fetch {"n": 0}: every call after a run's first repeats
-        distinct = {(run_id, i % 2) for run_id, i in indices}
-        assert tools[name]["repeated_calls"] == len(indices) - len(distinct)
-        assert tools[name]["error_calls"] == sum(1 for _, i in indices if i == 5)
+    assert status == 200, body
+    got = {row["tool_name"]: row for row in body["data"]}
+    want = expected_tools(
+        runs, datetime.fromisoformat(body["since"]), datetime.fromisoformat(body["until"])
+    )
+    assert set(got) == set(want)
+    assert [row["calls"] for row in body["data"]] == sorted(
+        (tool["calls"] for tool in want.values()), reverse=True
+    )
+    for name, tool in want.items():
+        row = got[name]
+        assert row["calls"] == tool["calls"], name
+        assert row["runs"] == tool["runs"], name
+        assert row["repeated_calls"] == tool["repeated"], name
+        assert row["repeat_rate"] == approx(tool["repeated"] / tool["calls"])
+        assert row["error_calls"] == tool["errors"], name
+        assert row["error_rate"] == approx(tool["errors"] / tool["calls"])
+    return got, want
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        {"window": "7d"},
+        {"window": "24h"},
+        {"window": "1h"},
+        {
+            "since": (NOW - timedelta(hours=37, minutes=13)).isoformat(),
+            "until": (NOW - timedelta(hours=2, minutes=41)).isoformat(),
+        },
+    ],
+)
+async def test_tools_match_the_data(loaded, query: dict) -> None:
+    """Rollups (finished runs, whole hours) and steps (the rest) add up to the exact answer."""
+    api, project, runs = loaded
+    got, want = await get_tools(api, project, runs, query)
+    for name, tool in want.items():
+        assert got[name]["p50_duration_ms"] == approx(percentile(tool["durations"], 0.5))
+        assert got[name]["p95_duration_ms"] == approx(percentile(tool["durations"], 0.95))
+
+
+@pytest.fixture
+async def histogram_api(db_url: str, aiohttp_server) -> AsyncIterator[Api]:
+    """A server that always reads tool duration percentiles from the histograms."""
+    server = await aiohttp_server(create_app(make_settings(tools_exact_calls=0), db_url))
+    async with aiohttp.ClientSession() as session:
+        yield Api(str(server.make_url("")).rstrip("/"), session)
+
+
+async def test_tool_percentiles_from_histograms_are_within_one_percent(
+    loaded, histogram_api: Api
+) -> None:
+    _, project, runs = loaded
+    got, want = await get_tools(histogram_api, project, runs, {"window": "7d"})
+    for name, tool in want.items():
+        ordered = sorted(tool["durations"])
+        for fraction, key in ((0.5, "p50_duration_ms"), (0.95, "p95_duration_ms")):
+            at_rank = ordered[int(fraction * (len(ordered) - 1))]
+            assert got[name][key] == pytest.approx(at_rank, rel=0.0101), (name, key)
 
 
 async def test_runs_list_filters_and_pagination(loaded) -> None:
@@ -371,11 +469,16 @@ async def test_run_detail_steps_and_calls(loaded) -> None:
         )
         collected += body["data"]
     assert [step["step_index"] for step in collected] == list(range(1, long_run.steps + 1))
-    # search {"n": 1} at steps 1, 3, 5 and fetch {"n": 0} at 2, 4, 6: both loop
-    by_index = {step["step_index"]: step for step in collected}
-    assert all(step["fingerprint"] for step in collected)
-    assert by_index[1]["in_loop"] is True and by_index[1]["loop_hits"] == len(range(1, 7, 2))
-    assert by_index[2]["fingerprint"] != by_index[1]["fingerprint"]
+    # Tool steps have fingerprints, thoughts none; a (tool, input) seen twice is a loop.
+    sent = steps_of(long_run)
+    keys = [(step.get("tool_name"), json.dumps(step.get("tool_input"))) for step in sent]
+    for step, key in zip(collected, keys, strict=True):
+        assert (step["fingerprint"] is not None) == (key[0] is not None)
+        hits = keys.count(key) if key[0] is not None else 0
+        assert step["in_loop"] == (hits > 1), step
+        assert step["loop_hits"] == (hits if hits > 1 else 0)
+    fingerprints = {key: step["fingerprint"] for step, key in zip(collected, keys, strict=True)}
+    assert len(set(fingerprints.values())) == len(fingerprints)
 
     status, body, _ = await api.get(
         f"/v1/projects/{project.id}/agent/runs/{parent.id}/llm", headers=project.auth()

@@ -1,4 +1,4 @@
-"""Aggregates over a time window: summary, per-agent health, time series, terminations, tools.
+"""Aggregates over a time window: summary, per-agent health, time series, terminations.
 
 Runs are counted in the window their start falls in. Counters come from the
 hourly rollups for the whole hours inside the window and from agent_runs for
@@ -58,6 +58,14 @@ def _ceil(moment: datetime, step: timedelta) -> datetime:
     return floored if floored == moment else floored + step
 
 
+def whole_hours(window: Window) -> tuple[datetime, datetime]:
+    """The whole hours inside ``window``, which rollups answer for; an empty range if none."""
+    full_from, full_to = _ceil(window.since, HOUR), _floor(window.until, HOUR)
+    if full_from >= full_to:
+        return window.until, window.until
+    return full_from, full_to
+
+
 async def window_counters(
     conn: AsyncConnection,
     project_id: str,
@@ -72,9 +80,9 @@ async def window_counters(
     a bucket is not a whole number of hours the rollups cannot be split into
     it, and agent_runs is read for the whole window.
     """
-    full_from, full_to = _ceil(window.since, HOUR), _floor(window.until, HOUR)
-    if full_from >= full_to or (bucket is not None and bucket % HOUR):
-        full_from = full_to = window.until  # no whole hours to take from the rollups
+    full_from, full_to = whole_hours(window)
+    if bucket is not None and bucket % HOUR:
+        full_from = full_to = window.until  # the rollups' hours cannot be split into buckets
     agent_filter = "AND agent_name = %(agent)s" if agent_name else ""
     counters = ", ".join(ROLLUP_COUNTERS)
     from_runs = ", ".join(f"{expr} AS {name}" for name, expr in _FROM_RUN.items())
@@ -120,7 +128,7 @@ def _counters(row: tuple | None) -> dict[str, float]:
     }
 
 
-def _rate(part: float, whole: float) -> float | None:
+def rate(part: float, whole: float) -> float | None:
     return round(part / whole, 6) if whole else None
 
 
@@ -161,14 +169,14 @@ async def _summary_of(
         **window.as_json(),
         "runs": runs,
         "loop_runs": totals["loop_runs"],
-        "loop_rate": _rate(totals["loop_runs"], runs),
+        "loop_rate": rate(totals["loop_runs"], runs),
         "error_runs": totals["error_runs"],
-        "error_rate": _rate(totals["error_runs"], runs),
+        "error_rate": rate(totals["error_runs"], runs),
         "stalled_runs": stalled,
         "finished_runs": totals["finished_runs"],
         "p50_duration_ms": p50,
         "p95_duration_ms": p95,
-        "avg_steps": _rate(totals["steps"], runs),
+        "avg_steps": rate(totals["steps"], runs),
         "llm_calls": totals["llm_calls"],
         "input_tokens": totals["input_tokens"],
         "output_tokens": totals["output_tokens"],
@@ -233,12 +241,12 @@ async def health(request: web.Request) -> web.Response:
                     "agent_name": agent_name,
                     "runs": totals["runs"],
                     "loop_runs": totals["loop_runs"],
-                    "loop_rate": _rate(totals["loop_runs"], totals["runs"]),
+                    "loop_rate": rate(totals["loop_runs"], totals["runs"]),
                     "error_runs": totals["error_runs"],
-                    "error_rate": _rate(totals["error_runs"], totals["runs"]),
+                    "error_rate": rate(totals["error_runs"], totals["runs"]),
                     "stalled_runs": stalled.get(agent_name, 0),
                     "p95_duration_ms": percentiles.get(agent_name),
-                    "avg_steps": _rate(totals["steps"], totals["runs"]),
+                    "avg_steps": rate(totals["steps"], totals["runs"]),
                     "input_tokens": totals["input_tokens"],
                     "output_tokens": totals["output_tokens"],
                     "cost_usd": round(totals["cost_usd"], 6),
@@ -299,44 +307,4 @@ async def terminations(request: web.Request) -> web.Response:
         for reason in TERMINATION_REASONS
     ]
     data.append({"termination_reason": None, "count": totals["runs"] - totals["finished_runs"]})
-    return json_response({"data": data, **window.as_json()})
-
-
-_TOOLS = """
-SELECT tool_name,
-       count(*) AS calls,
-       count(DISTINCT run_id) AS runs,
-       count(*) - count(DISTINCT (run_id, input_fingerprint)) AS repeated_calls,
-       count(*) FILTER (WHERE error IS NOT NULL) AS error_calls,
-       percentile_cont(0.5) WITHIN GROUP (ORDER BY duration_ms) AS p50_duration_ms,
-       percentile_cont(0.95) WITHIN GROUP (ORDER BY duration_ms) AS p95_duration_ms
-FROM agent_steps
-WHERE project_id = %s AND started_at >= %s AND started_at < %s AND tool_name IS NOT NULL
-GROUP BY tool_name
-ORDER BY calls DESC, tool_name
-"""
-
-
-@routes.get("/v1/projects/{project_id}/agent/tools")
-async def tools(request: web.Request) -> web.Response:
-    project_id = await params.read_project(request)
-    window = params.window(request)
-    async with request.app[appkeys.POOL].connection() as conn:
-        rows = await (
-            await conn.execute(_TOOLS, (project_id, window.since, window.until))
-        ).fetchall()
-    data = [
-        {
-            "tool_name": name,
-            "calls": calls,
-            "runs": runs,
-            "repeated_calls": repeated,
-            "repeat_rate": _rate(repeated, calls),
-            "error_calls": errors,
-            "error_rate": _rate(errors, calls),
-            "p50_duration_ms": p50,
-            "p95_duration_ms": p95,
-        }
-        for name, calls, runs, repeated, errors, p50, p95 in rows
-    ]
     return json_response({"data": data, **window.as_json()})

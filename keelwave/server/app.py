@@ -24,6 +24,7 @@ from keelwave.server import (
     metrics,
     openapi,
     runs,
+    tools,
     writes,
 )
 from keelwave.server.auth import KeyStore
@@ -66,6 +67,7 @@ def create_app(
     # Before runs: /runs/timeseries and /runs/terminations must not match /runs/{run_id}.
     app.add_routes(aggregates.routes)
     app.add_routes(runs.routes)
+    app.add_routes(tools.routes)
     dashboard.setup(app)  # last: it answers every path the API does not
     return app
 
@@ -126,4 +128,5 @@ async def _configure_connection(conn: psycopg.AsyncConnection) -> None:
     # Always plan with the real parameters: a time window of a week and an empty
     # one need different plans, and a generic plan would scan for both.
     await conn.execute("SET plan_cache_mode = force_custom_plan")
-    await conn.execute(writes.STAGING_DDL[-1])
+    for statement in writes.STAGING_DDL[-2:]:
+        await conn.execute(statement)

@@ -20,7 +20,7 @@ from typing import Any
 import psycopg
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from keelwave.server import writes
+from keelwave.server import tool_rollups, writes
 
 log = logging.getLogger("keelwave.lifecycle")
 
@@ -35,25 +35,6 @@ class Finish:
     error: str | None = None
 
 
-_OLD = """
-SELECT agent_name, started_at, termination_reason, loop_detected, duration_ms
-FROM agent_runs WHERE project_id = %s AND id = %s FOR UPDATE
-"""
-
-_FINISH = """
-UPDATE agent_runs SET
-    ended_at = %(ended_at)s,
-    termination_reason = %(reason)s,
-    loop_detected = coalesce(%(loop_detected)s, loop_detected),
-    loop_step_index = coalesce(%(loop_step_index)s, loop_step_index),
-    output = coalesce(%(output)s::json, output),
-    error = coalesce(%(error)s, error),
-    duration_ms = greatest(0, extract(epoch FROM %(ended_at)s - started_at) * 1000)
-WHERE project_id = %(project_id)s AND id = %(run_id)s
-RETURNING termination_reason, loop_detected, duration_ms
-"""
-
-
 async def finish_run(
     pool: AsyncConnectionPool, project_id: str, run_id: uuid.UUID, finish: Finish
 ) -> bool:
@@ -64,66 +45,63 @@ async def finish_run(
 async def finish_runs(
     pool: AsyncConnectionPool, project_id: str, finishes: list[tuple[uuid.UUID, Finish]]
 ) -> list[uuid.UUID]:
-    """Finish several runs in one transaction; return the ids that are not this project's runs."""
-    unknown = []
+    """Finish several runs in one transaction; return the ids that are not this project's runs.
+
+    A run finished twice in one call is finished twice, in order, as if by two calls.
+    """
+    found: set[uuid.UUID] = set()
+    newly_finished: list[uuid.UUID] = []
     async with pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
-        keys = writes.lock_keys({run_id for run_id, _ in finishes})
-        await cur.execute(writes.LOCK_SQL, (writes.LOCK_NAMESPACE, keys))
-        for run_id, finish in finishes:
-            old = await (await cur.execute(_OLD, (project_id, run_id))).fetchone()
-            if old is None:
-                unknown.append(run_id)
-                continue
-            new = await (
-                await cur.execute(
-                    _FINISH,
-                    {
-                        "ended_at": finish.ended_at,
-                        "reason": finish.termination_reason,
-                        "loop_detected": finish.loop_detected,
-                        "loop_step_index": finish.loop_step_index,
-                        "output": finish.output,
-                        "error": finish.error,
-                        "project_id": project_id,
-                        "run_id": run_id,
-                    },
-                )
-            ).fetchone()
-            await cur.execute(writes.FINISH_DELTA, _delta(project_id, old, new))
+        await writes.lock_runs(cur, {run_id for run_id, _ in finishes})
+        for round_ in _rounds(finishes):
+            await cur.execute(writes.FINISH_RUNS, _columns(project_id, round_))
+            for run_id, was_unfinished in await cur.fetchall():
+                found.add(run_id)
+                if was_unfinished:  # a run's tool calls count once, when it first finishes
+                    newly_finished.append(run_id)
+        await _stage_tool_calls(cur, [(project_id, run_id) for run_id in newly_finished])
         await cur.execute(writes.MERGE_ROLLUPS)
-    return unknown
+    return list(dict.fromkeys(run_id for run_id, _ in finishes if run_id not in found))
 
 
-def _delta(project_id: Any, old: tuple, new: tuple) -> dict:
-    agent_name, started_at, old_reason, old_loop, old_duration = old
-    new_reason, new_loop, new_duration = new
+def _rounds(finishes: list[tuple[uuid.UUID, Finish]]) -> list[list[tuple[uuid.UUID, Finish]]]:
+    """Split finishes so that no round holds a run twice; the k-th finish of a run is in round k."""
+    rounds: list[list[tuple[uuid.UUID, Finish]]] = []
+    seen: dict[uuid.UUID, int] = {}
+    for run_id, finish in finishes:
+        position = seen.get(run_id, 0)
+        seen[run_id] = position + 1
+        if position == len(rounds):
+            rounds.append([])
+        rounds[position].append((run_id, finish))
+    return rounds
+
+
+def _columns(project_id: str, finishes: list[tuple[uuid.UUID, Finish]]) -> dict[str, Any]:
     return {
         "project_id": project_id,
-        "agent_name": agent_name,
-        "started_at": started_at,
-        "old_reason": old_reason,
-        "old_loop": old_loop,
-        "old_duration": old_duration if old_reason is not None else None,
-        "new_reason": new_reason,
-        "new_loop": new_loop,
-        "new_duration": new_duration,
+        "ids": [run_id for run_id, _ in finishes],
+        "ended_at": [finish.ended_at for _, finish in finishes],
+        "reasons": [finish.termination_reason for _, finish in finishes],
+        "loops": [finish.loop_detected for _, finish in finishes],
+        "loop_steps": [finish.loop_step_index for _, finish in finishes],
+        "outputs": [finish.output for _, finish in finishes],
+        "errors": [finish.error for _, finish in finishes],
     }
+
+
+async def _stage_tool_calls(cur: psycopg.AsyncCursor, runs: list[tuple[Any, uuid.UUID]]) -> None:
+    if runs:
+        await cur.execute(
+            tool_rollups.STAGE_FINISHED,
+            {"project_ids": [project for project, _ in runs], "run_ids": [run for _, run in runs]},
+        )
 
 
 _IDLE = """
 SELECT project_id, id FROM agent_runs
 WHERE ended_at IS NULL AND last_activity_at < now() - make_interval(secs => %s)
 ORDER BY last_activity_at LIMIT %s
-"""
-
-_TIME_OUT = """
-UPDATE agent_runs SET
-    ended_at = last_activity_at,
-    termination_reason = 'timeout',
-    duration_ms = greatest(0, extract(epoch FROM last_activity_at - started_at) * 1000)
-WHERE project_id = %s AND id = %s AND ended_at IS NULL
-  AND last_activity_at < now() - make_interval(secs => %s)
-RETURNING agent_name, started_at, loop_detected, duration_ms
 """
 
 
@@ -136,25 +114,22 @@ async def time_out_idle_runs(
         if not idle:
             return 0
         async with conn.transaction(), conn.cursor() as cur:
-            keys = writes.lock_keys({run_id for _, run_id in idle})
-            await cur.execute(writes.LOCK_SQL, (writes.LOCK_NAMESPACE, keys))
-            timed_out = 0
-            for project_id, run_id in idle:
-                row = await (
-                    await cur.execute(_TIME_OUT, (project_id, run_id, timeout_after))
-                ).fetchone()
-                if row is None:
-                    continue  # it woke up, or another server got to it first
-                agent_name, started_at, loop, duration = row
-                old = (agent_name, started_at, None, loop, None)
-                await cur.execute(
-                    writes.FINISH_DELTA, _delta(project_id, old, ("timeout", loop, duration))
-                )
-                timed_out += 1
+            await writes.lock_runs(cur, {run_id for _, run_id in idle})
+            # Runs that woke up meanwhile, or that another server timed out, are skipped.
+            await cur.execute(
+                writes.TIME_OUT_RUNS,
+                {
+                    "project_ids": [project for project, _ in idle],
+                    "ids": [run_id for _, run_id in idle],
+                    "timeout": timeout_after,
+                },
+            )
+            timed_out = await cur.fetchall()
+            await _stage_tool_calls(cur, timed_out)
             await cur.execute(writes.MERGE_ROLLUPS)
     if timed_out:
-        log.info("timed out %d idle runs", timed_out)
-    return timed_out
+        log.info("timed out %d idle runs", len(timed_out))
+    return len(timed_out)
 
 
 class Reaper:

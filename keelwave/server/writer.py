@@ -228,7 +228,7 @@ class _Lane:
     async def commit(self, batch: list[Submission]) -> None:
         conn = await self._connection()
         async with conn.transaction(), conn.cursor() as cur:
-            await cur.execute(writes.LOCK_SQL, (writes.LOCK_NAMESPACE, _lock_keys(batch)))
+            await writes.lock_runs(cur, _runs_touched(batch))
             for position, stage, columns, statement in STAGES:
                 rows = [row for submission in batch for row in submission.rows[position]]
                 if not rows:
@@ -275,15 +275,15 @@ class _Lane:
             self._conn = None
 
 
-def _lock_keys(batch: list[Submission]) -> list[int]:
-    """Lock every run the batch touches; a model call without a run locks its own id."""
+def _runs_touched(batch: list[Submission]) -> set:
+    """Every run the batch touches; a model call without a run stands for its own id."""
     ids: set = set()
     for submission in batch:
         runs, steps, traces = submission.rows
         ids.update(row[1] for row in runs)  # run id
         ids.update(row[1] for row in steps)  # the step's run id
         ids.update(row[2] or row[1] for row in traces)  # the call's run id, else its id
-    return writes.lock_keys(ids)
+    return ids
 
 
 def _settle(batch: list[Submission], error: BaseException | None) -> None:

@@ -4,25 +4,33 @@ Three rules hold for every transaction that writes, whether it is the ingest
 writer's group commit, a finish, or the reaper timing runs out:
 
 1. It first takes the advisory locks of the runs it touches
-   (:func:`lock_keys`), in ascending order. Two transactions touching one run
+   (:func:`lock_runs`). Two transactions touching one run
    therefore run one after the other, across server processes, and the
    duplicate checks and counter updates see each other's rows.
 2. It updates run rows before rollup rows.
-3. It changes rollup rows in one statement, in key order, so two transactions
-   can never wait on each other's rollup rows.
+3. It changes rollup rows in one statement per rollup table, in key order,
+   run rollups before tool rollups, so two transactions can never wait on
+   each other's rollup rows.
 
 Counters on a run (steps, model calls, tokens, cost, last activity) are kept
 current as rows arrive. Rollups add up runs by (project, agent, hour the run
 started): what a new run, a step, a model call or a finish adds is collected
 in the session-local table ``kw_stage_rollups`` and merged at the end.
+Tool rollups (tool_rollups.py) are staged in ``kw_stage_tools`` the same way.
 """
 
 from __future__ import annotations
 
 import uuid
 
-LOCK_NAMESPACE = 0x6B77  # 'kw': first key of pg_advisory_xact_lock(int, int)
-LOCK_BUCKETS = 256  # lock keys are run ids modulo this: bounds the locks one transaction holds
+import psycopg
+
+from keelwave.server import tool_rollups
+
+GROUP_LOCKS = 0x6B77  # 'kw': pg_advisory_xact_lock(int, int) namespace of run groups
+RUN_LOCKS = 0x6B78  # namespace of single runs
+LOCK_GROUPS = 256  # runs fall in this many groups (run id modulo it)
+FINE_LOCKS_UP_TO = 256  # transactions touching more runs lock whole groups instead
 
 RUN_COLUMNS = (
     "project_id", "id", "agent_name", "parent_run_id", "started_at",
@@ -46,6 +54,8 @@ ROLLUP_COUNTERS = (
     "term_loop_detected", "term_timeout",
 )  # fmt: skip
 
+TERMINATION_COUNTERS = tuple(c[5:] for c in ROLLUP_COUNTERS if c.startswith("term_"))
+
 STAGING_DDL = (
     "CREATE TEMP TABLE IF NOT EXISTS kw_stage_runs "
     "(seq integer, LIKE agent_runs INCLUDING DEFAULTS) ON COMMIT DELETE ROWS",
@@ -53,17 +63,37 @@ STAGING_DDL = (
     "(seq integer, LIKE agent_steps INCLUDING DEFAULTS) ON COMMIT DELETE ROWS",
     "CREATE TEMP TABLE IF NOT EXISTS kw_stage_traces "
     "(seq integer, LIKE ai_traces INCLUDING DEFAULTS) ON COMMIT DELETE ROWS",
+    # The last two are what finishes and the reaper need on every pooled connection.
     "CREATE TEMP TABLE IF NOT EXISTS kw_stage_rollups "
     "(LIKE agent_run_rollups INCLUDING DEFAULTS) ON COMMIT DELETE ROWS",
+    "CREATE TEMP TABLE IF NOT EXISTS kw_stage_tools "
+    "(LIKE agent_tool_rollups INCLUDING DEFAULTS) ON COMMIT DELETE ROWS",
 )
 
 
-def lock_keys(run_ids: set[uuid.UUID]) -> list[int]:
-    """The advisory lock keys for these runs, sorted so that no two writers deadlock."""
-    return sorted({run_id.int % LOCK_BUCKETS for run_id in run_ids})
+async def lock_runs(cur: psycopg.AsyncCursor, run_ids: set[uuid.UUID]) -> None:
+    """Take the locks of rule 1 for these runs.
+
+    Two levels, so that small transactions only wait for transactions that
+    touch the same runs, and a large one holds a bounded number of locks: a
+    transaction touching up to FINE_LOCKS_UP_TO runs takes its runs' groups
+    shared and then each run exclusively; a larger one takes its runs' groups
+    exclusively. Every transaction takes group locks before run locks, each
+    in ascending order, so no two of them can wait on each other in a cycle.
+    """
+    groups = sorted({run_id.int % LOCK_GROUPS for run_id in run_ids})
+    if len(run_ids) > FINE_LOCKS_UP_TO:
+        await cur.execute(_LOCK, (GROUP_LOCKS, groups))
+        return
+    await cur.execute(_LOCK_SHARED, (GROUP_LOCKS, groups))
+    # Signed 32-bit keys; two runs sharing a key only wait for each other needlessly.
+    keys = sorted({(run_id.int & 0xFFFFFFFF) - 0x80000000 for run_id in run_ids})
+    await cur.execute(_LOCK, (RUN_LOCKS, keys))
 
 
-LOCK_SQL = "SELECT pg_advisory_xact_lock(%s, key) FROM unnest(%s::int[]) AS key"
+# unnest returns the keys in array order, so they are locked in that order.
+_LOCK = "SELECT pg_advisory_xact_lock(%s, key) FROM unnest(%s::int[]) AS key"
+_LOCK_SHARED = "SELECT pg_advisory_xact_lock_shared(%s, key) FROM unnest(%s::int[]) AS key"
 
 
 def copy_sql(stage: str, columns: tuple[str, ...]) -> str:
@@ -106,7 +136,19 @@ FROM inserted
 """
 
 # New steps: skip (run, step_index) already stored; bump the run's step count and
-# activity, and its rollup's step total.
+# activity, and its rollup's step total. Steps of a run that has finished already
+# change what the run adds to the tool rollups: take its old share out (the
+# statement's snapshot does not see the new rows) and put the new one in.
+_TOOL_COUNTERS = _cols(
+    ("project_id", "bucket", "tool_name", "duration_bin", *tool_rollups.COUNTERS)
+)
+_LATE_STEPS_NOW = f"""(
+    {tool_rollups.steps_of_runs("late")}
+    UNION ALL
+    SELECT i.project_id, i.run_id, late.started_at, i.step_index, i.tool_name,
+           i.input_fingerprint, i.duration_ms, i.error
+    FROM inserted i JOIN late ON late.project_id = i.project_id AND late.id = i.run_id
+)"""
 INSERT_STEPS = f"""
 WITH inserted AS (
     INSERT INTO agent_steps ({_cols(STEP_COLUMNS)})
@@ -115,14 +157,23 @@ WITH inserted AS (
     WHERE NOT EXISTS (SELECT 1 FROM agent_steps t WHERE t.project_id = s.project_id
                       AND t.run_id = s.run_id AND t.step_index = s.step_index)
     ORDER BY s.project_id, s.run_id, s.step_index, s.seq
-    RETURNING project_id, run_id
+    RETURNING project_id, run_id, step_index, tool_name, input_fingerprint, duration_ms, error
 ), per_run AS (
     SELECT project_id, run_id, count(*) AS steps FROM inserted GROUP BY project_id, run_id
 ), updated AS (
     UPDATE agent_runs r
     SET step_count = r.step_count + p.steps, last_activity_at = greatest(r.last_activity_at, now())
     FROM per_run p WHERE r.project_id = p.project_id AND r.id = p.run_id
-    RETURNING r.project_id, r.agent_name, r.started_at, p.steps
+    RETURNING r.project_id, r.id, r.agent_name, r.started_at, p.steps,
+              r.ended_at IS NOT NULL AS done
+), late AS (
+    SELECT project_id, id, started_at FROM updated WHERE done
+), late_out AS (
+    INSERT INTO kw_stage_tools ({_TOOL_COUNTERS})
+    {tool_rollups.stats_of_steps(f"({tool_rollups.steps_of_runs('late')})", "-1")}
+), late_in AS (
+    INSERT INTO kw_stage_tools ({_TOOL_COUNTERS})
+    {tool_rollups.stats_of_steps(_LATE_STEPS_NOW)}
 )
 INSERT INTO kw_stage_rollups (project_id, agent_name, bucket, steps)
 SELECT project_id, agent_name, {_HOUR.format("started_at")}, steps FROM updated
@@ -157,7 +208,7 @@ SELECT project_id, agent_name, {_HOUR.format("started_at")}, calls, input_tokens
 FROM updated
 """
 
-MERGE_ROLLUPS = f"""
+MERGE_RUN_ROLLUPS = f"""
 INSERT INTO agent_run_rollups AS r (project_id, bucket, agent_name, {_cols(ROLLUP_COUNTERS)})
 SELECT project_id, bucket, agent_name, {", ".join(f"sum({c})" for c in ROLLUP_COUNTERS)}
 FROM kw_stage_rollups
@@ -166,23 +217,87 @@ ORDER BY project_id, bucket, agent_name
 ON CONFLICT (project_id, bucket, agent_name) DO UPDATE SET
 {", ".join(f"{c} = r.{c} + excluded.{c}" for c in ROLLUP_COUNTERS)}
 """
+# Both rollup tables, in the order rule 3 fixes; no parameters, so one round trip.
+MERGE_ROLLUPS = f"{MERGE_RUN_ROLLUPS};\n{tool_rollups.MERGE}"
+
 
 # Finishing a run moves it between rollup counters: what it counted before (if it
-# was finished already) is taken away, what it counts now is added.
-FINISH_DELTA = """
-INSERT INTO kw_stage_rollups (project_id, agent_name, bucket, finished_runs, loop_runs,
-    error_runs, duration_ms_sum, term_clean, term_max_steps_reached, term_context_limit,
-    term_error, term_loop_detected, term_timeout)
-SELECT %(project_id)s, %(agent_name)s, date_trunc('hour', %(started_at)s::timestamptz, 'UTC'),
-       sign * (reason IS NOT NULL)::int, sign * loop::int,
-       sign * (reason IS NOT DISTINCT FROM 'error')::int, sign * coalesce(duration, 0),
-       sign * (reason IS NOT DISTINCT FROM 'clean')::int,
-       sign * (reason IS NOT DISTINCT FROM 'max_steps_reached')::int,
-       sign * (reason IS NOT DISTINCT FROM 'context_limit')::int,
-       sign * (reason IS NOT DISTINCT FROM 'error')::int,
-       sign * (reason IS NOT DISTINCT FROM 'loop_detected')::int,
-       sign * (reason IS NOT DISTINCT FROM 'timeout')::int
-FROM (VALUES (-1, %(old_reason)s::text, %(old_loop)s::boolean, %(old_duration)s::float8),
-             (1, %(new_reason)s::text, %(new_loop)s::boolean, %(new_duration)s::float8))
-     AS v (sign, reason, loop, duration)
+# was finished already) is taken away, what it counts now is added. ``source``
+# yields (project_id, agent_name, started_at, sign, reason, loop, duration).
+def _stage_finish_deltas(source: str) -> str:
+    terms = ",\n       ".join(
+        f"sign * (reason IS NOT DISTINCT FROM '{reason}')::int" for reason in TERMINATION_COUNTERS
+    )
+    return f"""
+    INSERT INTO kw_stage_rollups (project_id, agent_name, bucket, finished_runs, loop_runs,
+        error_runs, duration_ms_sum, {_cols(tuple(f"term_{r}" for r in TERMINATION_COUNTERS))})
+    SELECT project_id, agent_name, {_HOUR.format("started_at")},
+           sign * (reason IS NOT NULL)::int, sign * loop::int,
+           sign * (reason IS NOT DISTINCT FROM 'error')::int, sign * coalesce(duration, 0),
+           {terms}
+    FROM {source}
+    """
+
+
+_FINISH_DELTAS = """(
+    SELECT o.project_id, o.agent_name, o.started_at, v.*
+    FROM old o JOIN new n ON n.id = o.id
+    CROSS JOIN LATERAL (VALUES (-1, o.reason, o.loop, o.duration),
+                               (1, n.reason, n.loop, n.duration))
+        AS v (sign, reason, loop, duration)
+) AS deltas"""
+_TIME_OUT_DELTAS = """(
+    SELECT n.project_id, n.agent_name, n.started_at, v.*
+    FROM new n
+    CROSS JOIN LATERAL (VALUES (-1, NULL::text, n.loop, NULL::float8),
+                               (1, 'timeout', n.loop, n.duration))
+        AS v (sign, reason, loop, duration)
+) AS deltas"""
+
+# Finish runs of one project, each id at most once (the caller splits repeats
+# into rounds). Returns each stored run's id and whether it was unfinished before.
+FINISH_RUNS = f"""
+WITH input AS (
+    SELECT * FROM unnest(%(ids)s::uuid[], %(ended_at)s::timestamptz[], %(reasons)s::text[],
+                         %(loops)s::boolean[], %(loop_steps)s::integer[], %(outputs)s::text[],
+                         %(errors)s::text[])
+        AS i (id, ended_at, reason, loop_detected, loop_step_index, output, error)
+), old AS (
+    SELECT r.project_id, r.id, r.agent_name, r.started_at, r.termination_reason AS reason,
+           r.loop_detected AS loop,
+           CASE WHEN r.termination_reason IS NOT NULL THEN r.duration_ms END AS duration
+    FROM agent_runs r JOIN input i ON r.project_id = %(project_id)s AND r.id = i.id
+), new AS (
+    UPDATE agent_runs r SET
+        ended_at = i.ended_at,
+        termination_reason = i.reason,
+        loop_detected = coalesce(i.loop_detected, r.loop_detected),
+        loop_step_index = coalesce(i.loop_step_index, r.loop_step_index),
+        output = coalesce(i.output::json, r.output),
+        error = coalesce(i.error, r.error),
+        duration_ms = greatest(0, extract(epoch FROM i.ended_at - r.started_at) * 1000)
+    FROM input i WHERE r.project_id = %(project_id)s AND r.id = i.id
+    RETURNING r.id, r.termination_reason AS reason, r.loop_detected AS loop,
+              r.duration_ms AS duration
+), staged AS ({_stage_finish_deltas(_FINISH_DELTAS)})
+SELECT id, reason IS NULL FROM old
+"""
+
+# Time out runs (project_id, id) still silent for %(timeout)s seconds: they end at
+# their last activity. Returns the (project_id, id) of those it finished.
+TIME_OUT_RUNS = f"""
+WITH input AS (
+    SELECT * FROM unnest(%(project_ids)s::uuid[], %(ids)s::uuid[]) AS i (project_id, id)
+), new AS (
+    UPDATE agent_runs r SET
+        ended_at = r.last_activity_at,
+        termination_reason = 'timeout',
+        duration_ms = greatest(0, extract(epoch FROM r.last_activity_at - r.started_at) * 1000)
+    FROM input i
+    WHERE r.project_id = i.project_id AND r.id = i.id AND r.ended_at IS NULL
+      AND r.last_activity_at < now() - make_interval(secs => %(timeout)s)
+    RETURNING r.project_id, r.id, r.agent_name, r.started_at, r.loop_detected AS loop,
+              r.duration_ms AS duration
+), staged AS ({_stage_finish_deltas(_TIME_OUT_DELTAS)})
+SELECT project_id, id FROM new
 """

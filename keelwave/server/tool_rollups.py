@@ -1,0 +1,123 @@
+"""Tool rollups: what ``/tools`` reads instead of every step of a window.
+
+One row per (project, hour the run started, tool, duration bin) counts the
+tool's calls, the runs that called it, the calls that repeated a fingerprint
+already seen in the run, and the calls that failed. A run is added once, when
+it finishes (by the SDK or the reaper): by then its steps are all there, so
+"first call of this tool in the run" and "repeat of an earlier call" are
+settled facts and the counters stay additive across hours. A step arriving
+after its run finished swaps the run's old contribution for the new one.
+Runs still going are read from agent_steps at query time; they are few.
+
+Durations are kept as a log-scale histogram (DDSketch's scheme): bin ``i``
+holds durations in ``(MIN_MS·γ^(i-1), MIN_MS·γ^i]``, and the value reported
+for a bin is within ``ACCURACY`` of every duration in it. Bin 0 holds
+durations up to ``MIN_MS``, ``NO_DURATION`` the calls sent without one.
+These constants are part of the stored data: changing them needs a migration
+that rebuilds the table.
+"""
+
+from __future__ import annotations
+
+import math
+
+ACCURACY = 0.01  # relative error of a percentile read from the histogram
+GAMMA = (1 + ACCURACY) / (1 - ACCURACY)
+MIN_MS = 0.001
+NO_DURATION = -1
+
+COUNTERS = ("calls", "runs", "repeated_calls", "error_calls")
+
+_LOG_GAMMA = repr(math.log(GAMMA))
+
+
+def duration_bin_sql(column: str) -> str:
+    """The SQL expression that puts the duration in ``column`` in its bin."""
+    return (
+        f"CASE WHEN {column} IS NULL THEN {NO_DURATION} WHEN {column} <= {MIN_MS} THEN 0 "
+        f"ELSE ceil(ln({column} / {MIN_MS}) / {_LOG_GAMMA})::int END"
+    )
+
+
+def bin_value(duration_bin: int) -> float:
+    """The duration reported for a bin: within ACCURACY of everything in it."""
+    if duration_bin <= 0:
+        return 0.0
+    return 2 * MIN_MS * GAMMA**duration_bin / (GAMMA + 1)
+
+
+def percentile(histogram: list[tuple[int, int]], fraction: float) -> float | None:
+    """The ``fraction`` percentile of a histogram of (bin, calls), bins ascending.
+
+    Picks the bin holding the value at rank ``fraction·(n-1)``, the rank
+    PostgreSQL's percentile_cont interpolates at.
+    """
+    total = sum(count for _, count in histogram)
+    if not total:
+        return None
+    rank = fraction * (total - 1)
+    seen = 0
+    for duration_bin, count in histogram:
+        seen += count
+        if seen > rank:
+            return round(bin_value(duration_bin), 3)
+    return round(bin_value(histogram[-1][0]), 3)
+
+
+def stats_of_steps(steps: str, sign: str = "1") -> str:
+    """SELECT the rollup rows of the tool calls in ``steps``, multiplied by ``sign``.
+
+    ``steps`` is a FROM item with project_id, run_id, run_started_at,
+    step_index, tool_name, input_fingerprint, duration_ms and error, holding
+    every tool step of each run it covers (the counters look across a run).
+    """
+    return f"""
+    SELECT project_id, date_trunc('hour', run_started_at, 'UTC') AS bucket, tool_name,
+           {duration_bin_sql("duration_ms")} AS duration_bin,
+           {sign} * count(*) AS calls,
+           {sign} * count(*) FILTER (WHERE first_of_tool) AS runs,
+           {sign} * count(*) FILTER (WHERE NOT first_of_input) AS repeated_calls,
+           {sign} * count(*) FILTER (WHERE error IS NOT NULL) AS error_calls
+    FROM (
+        SELECT project_id, run_id, run_started_at, tool_name, duration_ms, error,
+               row_number() OVER (PARTITION BY project_id, run_id, tool_name
+                                  ORDER BY step_index) = 1 AS first_of_tool,
+               row_number() OVER (PARTITION BY project_id, run_id, input_fingerprint
+                                  ORDER BY step_index) = 1 AS first_of_input
+        FROM {steps} AS steps WHERE tool_name IS NOT NULL
+    ) calls
+    GROUP BY 1, 2, 3, 4
+    """
+
+
+def steps_of_runs(runs: str) -> str:
+    """SELECT the stored steps of the runs (project_id, id, started_at) in FROM item ``runs``."""
+    return f"""
+        SELECT s.project_id, s.run_id, r.started_at AS run_started_at, s.step_index,
+               s.tool_name, s.input_fingerprint, s.duration_ms, s.error
+        FROM {runs} AS r
+        JOIN agent_steps s ON s.project_id = r.project_id AND s.run_id = r.id
+    """
+
+
+_FINISHED_RUNS = """(
+    SELECT r.project_id, r.id, r.started_at
+    FROM unnest(%(project_ids)s::uuid[], %(run_ids)s::uuid[]) AS f (project_id, id)
+    JOIN agent_runs r ON r.project_id = f.project_id AND r.id = f.id
+)"""
+# Add the runs just finished (project_ids[i], run_ids[i]) to the staged rollups.
+STAGE_FINISHED = f"""
+INSERT INTO kw_stage_tools (project_id, bucket, tool_name, duration_bin, {", ".join(COUNTERS)})
+{stats_of_steps(f"({steps_of_runs(_FINISHED_RUNS)})")}
+"""
+
+MERGE = f"""
+INSERT INTO agent_tool_rollups AS r (project_id, bucket, tool_name, duration_bin,
+                                     {", ".join(COUNTERS)})
+SELECT project_id, bucket, tool_name, duration_bin, {", ".join(f"sum({c})" for c in COUNTERS)}
+FROM kw_stage_tools
+GROUP BY project_id, bucket, tool_name, duration_bin
+ORDER BY project_id, bucket, tool_name, duration_bin
+ON CONFLICT (project_id, bucket, tool_name, duration_bin) DO UPDATE SET
+{", ".join(f"{c} = r.{c} + excluded.{c}" for c in COUNTERS)}
+"""

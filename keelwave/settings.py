@@ -91,7 +91,7 @@ class Settings(BaseSettings):
         default=50_000,
         ge=0,
         description="Up to this many tool calls in a window, /tools computes duration "
-        "percentiles exactly; beyond, from hourly histograms (within 1%).",
+        "percentiles exactly; beyond, from hourly histograms (within 2%).",
     )
     prices_file: Path | None = Field(
         default=None,

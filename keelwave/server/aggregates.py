@@ -58,12 +58,8 @@ def _ceil(moment: datetime, step: timedelta) -> datetime:
     return floored if floored == moment else floored + step
 
 
-def whole_hours(window: Window) -> tuple[datetime, datetime]:
-    """The whole hours inside ``window``, which rollups answer for; an empty range if none."""
-    full_from, full_to = _ceil(window.since, HOUR), _floor(window.until, HOUR)
-    if full_from >= full_to:
-        return window.until, window.until
-    return full_from, full_to
+def floor_hour(moment: datetime) -> datetime:
+    return _floor(moment, HOUR)
 
 
 async def window_counters(
@@ -80,9 +76,9 @@ async def window_counters(
     a bucket is not a whole number of hours the rollups cannot be split into
     it, and agent_runs is read for the whole window.
     """
-    full_from, full_to = whole_hours(window)
-    if bucket is not None and bucket % HOUR:
-        full_from = full_to = window.until  # the rollups' hours cannot be split into buckets
+    full_from, full_to = _ceil(window.since, HOUR), _floor(window.until, HOUR)
+    if full_from >= full_to or (bucket is not None and bucket % HOUR):
+        full_from = full_to = window.until  # no whole hours to take from the rollups
     agent_filter = "AND agent_name = %(agent)s" if agent_name else ""
     counters = ", ".join(ROLLUP_COUNTERS)
     from_runs = ", ".join(f"{expr} AS {name}" for name, expr in _FROM_RUN.items())

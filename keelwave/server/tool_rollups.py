@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 
-ACCURACY = 0.01  # relative error of a percentile read from the histogram
+ACCURACY = 0.02  # relative error of a percentile read from the histogram
 GAMMA = (1 + ACCURACY) / (1 - ACCURACY)
 MIN_MS = 0.001
 NO_DURATION = -1
@@ -64,22 +64,23 @@ def percentile(histogram: list[tuple[int, int]], fraction: float) -> float | Non
     return round(bin_value(histogram[-1][0]), 3)
 
 
-def stats_of_steps(steps: str, sign: str = "1") -> str:
-    """SELECT the rollup rows of the tool calls in ``steps``, multiplied by ``sign``.
+def stats_of_steps(steps: str) -> str:
+    """SELECT the rollup rows of the tool calls in ``steps``.
 
     ``steps`` is a FROM item with project_id, run_id, run_started_at,
-    step_index, tool_name, input_fingerprint, duration_ms and error, holding
-    every tool step of each run it covers (the counters look across a run).
+    step_index, tool_name, input_fingerprint, duration_ms, error and sign,
+    holding every tool step of each run it covers (the counters look across a
+    run). Each step counts ``sign`` times: -1 takes a run's calls out.
     """
     return f"""
     SELECT project_id, date_trunc('hour', run_started_at, 'UTC') AS bucket, tool_name,
            {duration_bin_sql("duration_ms")} AS duration_bin,
-           {sign} * count(*) AS calls,
-           {sign} * count(*) FILTER (WHERE first_of_tool) AS runs,
-           {sign} * count(*) FILTER (WHERE NOT first_of_input) AS repeated_calls,
-           {sign} * count(*) FILTER (WHERE error IS NOT NULL) AS error_calls
+           sum(sign) AS calls,
+           coalesce(sum(sign) FILTER (WHERE first_of_tool), 0) AS runs,
+           coalesce(sum(sign) FILTER (WHERE NOT first_of_input), 0) AS repeated_calls,
+           coalesce(sum(sign) FILTER (WHERE error IS NOT NULL), 0) AS error_calls
     FROM (
-        SELECT project_id, run_id, run_started_at, tool_name, duration_ms, error,
+        SELECT project_id, run_id, run_started_at, tool_name, duration_ms, error, sign,
                row_number() OVER (PARTITION BY project_id, run_id, tool_name
                                   ORDER BY step_index) = 1 AS first_of_tool,
                row_number() OVER (PARTITION BY project_id, run_id, input_fingerprint
@@ -90,11 +91,14 @@ def stats_of_steps(steps: str, sign: str = "1") -> str:
     """
 
 
-def steps_of_runs(runs: str) -> str:
-    """SELECT the stored steps of the runs (project_id, id, started_at) in FROM item ``runs``."""
+def steps_of_runs(runs: str, sign: str = "1") -> str:
+    """SELECT the stored steps of the runs (project_id, id, started_at) in FROM item ``runs``.
+
+    Each step carries ``sign`` along (a number, or a column of ``runs``).
+    """
     return f"""
         SELECT s.project_id, s.run_id, r.started_at AS run_started_at, s.step_index,
-               s.tool_name, s.input_fingerprint, s.duration_ms, s.error
+               s.tool_name, s.input_fingerprint, s.duration_ms, s.error, {sign} AS sign
         FROM {runs} AS r
         JOIN agent_steps s ON s.project_id = r.project_id AND s.run_id = r.id
     """

@@ -3,50 +3,105 @@
 Tool calls count in the window their run started in, like every aggregate
 (so a run's calls are never split between two windows, and "repeated earlier
 in the same run" is decided over the whole run). Whole hours come from
-agent_tool_rollups, which holds finished runs; the partial hours at the
-window's edges and the runs still going are read from their steps, so the
-counts are exact. Duration percentiles are exact (percentile_cont over the
-steps) while the window holds at most ``tools_exact_calls`` (a setting)
-calls; beyond that they come from the rollups' histogram, within
-``tool_rollups.ACCURACY``.
+agent_tool_rollups, which holds finished runs; the runs still going, and the
+finished runs that make up the difference between the window's edges and
+whole hours, are read from their steps, so the counts are exact. Duration
+percentiles are exact (percentile_cont over the steps) while the window
+holds at most ``tools_exact_calls`` (a setting) calls; beyond that they come
+from the rollups' histogram, within ``tool_rollups.ACCURACY``.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from datetime import datetime
 from typing import Any
 
 from aiohttp import web
 
 from keelwave.server import appkeys, params, tool_rollups
-from keelwave.server.aggregates import rate, whole_hours
+from keelwave.server.aggregates import HOUR, floor_hour, rate
+from keelwave.server.params import Window
 from keelwave.server.responses import json_response
 
 routes = web.RouteTableDef()
 
+# Runs read from their steps: every unfinished run of the window, plus the
+# finished runs of the edge ranges (sign +1: inside the window but outside the
+# rollup hours; sign -1: inside a rollup hour but outside the window).
 _RAW_RUNS = """
-    SELECT project_id, id, started_at FROM agent_runs
-    WHERE project_id = %(project)s
-      AND ((started_at >= %(since)s AND started_at < %(full_from)s)
-           OR (started_at >= %(full_to)s AND started_at < %(until)s)
-           OR (ended_at IS NULL AND started_at >= %(full_from)s AND started_at < %(full_to)s))
-"""
-_RAW_STATS = tool_rollups.stats_of_steps(f"({tool_rollups.steps_of_runs('raw_runs')})")
+    SELECT project_id, id, started_at, 1 AS sign FROM agent_runs
+    WHERE project_id = %(project)s AND ended_at IS NULL
+      AND started_at >= %(since)s AND started_at < %(until)s
+{edges}
+""".format(
+    # One arm per edge (an unused edge is an empty range), with plain bounds the
+    # planner sees, so each is an index range scan of agent_runs.
+    edges="".join(
+        f"""
+    UNION ALL
+    SELECT project_id, id, started_at, %(edge{n}_sign)s::int FROM agent_runs
+    WHERE project_id = %(project)s AND ended_at IS NOT NULL
+      AND started_at >= %(edge{n}_from)s AND started_at < %(edge{n}_to)s"""
+        for n in range(2)
+    )
+)
+_RAW_STATS = tool_rollups.stats_of_steps(f"({tool_rollups.steps_of_runs('raw_runs', 'r.sign')})")
 _COUNTERS = ", ".join(tool_rollups.COUNTERS)
+_SUMS = ", ".join(f"sum({c}) AS {c}" for c in tool_rollups.COUNTERS)
 
 # (tool, duration bin, calls, runs, repeated calls, failed calls), bins ascending.
 _HISTOGRAM = f"""
 WITH raw_runs AS ({_RAW_RUNS})
-SELECT tool_name, duration_bin, {", ".join(f"sum({c})" for c in tool_rollups.COUNTERS)}
+SELECT tool_name, duration_bin, {_SUMS}
 FROM (
-    SELECT tool_name, duration_bin, {_COUNTERS} FROM agent_tool_rollups
-    WHERE project_id = %(project)s AND bucket >= %(full_from)s AND bucket < %(full_to)s
+    SELECT tool_name, duration_bin, {_SUMS} FROM agent_tool_rollups
+    WHERE project_id = %(project)s AND bucket >= %(hours_from)s AND bucket < %(hours_to)s
+    GROUP BY 1, 2
     UNION ALL
     SELECT tool_name, duration_bin, {_COUNTERS} FROM ({_RAW_STATS}) AS raw
 ) AS parts
 GROUP BY 1, 2
 ORDER BY 1, 2
 """
+
+
+def _ranges(window: Window) -> dict[str, Any]:
+    """Which rollup hours to read, and which edge ranges of finished runs to add or take out.
+
+    An hour cut by the window's edge is read whichever way touches fewer runs:
+    its part inside the window from the steps, or the hour's rollup minus its
+    part outside. A window ending now thus reads its last hour from the rollup.
+    """
+    since, until = window.since, window.until
+    edges: list[tuple[datetime, datetime, int]] = []
+    first, last = floor_hour(since), floor_hour(until)
+    if first == last:  # inside one hour: all from the steps
+        edges.append((since, until, 1))
+        return _args(first, first, edges)
+    hours_from, hours_to = first, last
+    if since > first:
+        if first + HOUR - since <= HOUR / 2:
+            hours_from = first + HOUR
+            edges.append((since, hours_from, 1))
+        else:
+            edges.append((first, since, -1))
+    if until > last:
+        if until - last <= HOUR / 2:
+            edges.append((last, until, 1))
+        else:
+            hours_to = last + HOUR
+            edges.append((until, hours_to, -1))
+    return _args(hours_from, hours_to, edges)
+
+
+def _args(hours_from: datetime, hours_to: datetime, edges: list) -> dict[str, Any]:
+    args: dict[str, Any] = {"hours_from": hours_from, "hours_to": hours_to}
+    unused = (hours_from, hours_from, 1)
+    for n, (since, until, sign) in enumerate([*edges, unused, unused][:2]):
+        args |= {f"edge{n}_from": since, f"edge{n}_to": until, f"edge{n}_sign": sign}
+    return args
+
 
 _EXACT_PERCENTILES = """
 SELECT s.tool_name,
@@ -64,14 +119,7 @@ GROUP BY 1
 async def tools(request: web.Request) -> web.Response:
     project_id = await params.read_project(request)
     window = params.window(request)
-    full_from, full_to = whole_hours(window)
-    args = {
-        "project": project_id,
-        "since": window.since,
-        "until": window.until,
-        "full_from": full_from,
-        "full_to": full_to,
-    }
+    args = {"project": project_id, "since": window.since, "until": window.until, **_ranges(window)}
     totals: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0])
     histograms: dict[str, list[tuple[int, int]]] = defaultdict(list)
     async with request.app[appkeys.POOL].connection() as conn:

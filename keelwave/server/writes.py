@@ -146,7 +146,7 @@ _LATE_STEPS_NOW = f"""(
     {tool_rollups.steps_of_runs("late")}
     UNION ALL
     SELECT i.project_id, i.run_id, late.started_at, i.step_index, i.tool_name,
-           i.input_fingerprint, i.duration_ms, i.error
+           i.input_fingerprint, i.duration_ms, i.error, 1
     FROM inserted i JOIN late ON late.project_id = i.project_id AND late.id = i.run_id
 )"""
 INSERT_STEPS = f"""
@@ -170,7 +170,7 @@ WITH inserted AS (
     SELECT project_id, id, started_at FROM updated WHERE done
 ), late_out AS (
     INSERT INTO kw_stage_tools ({_TOOL_COUNTERS})
-    {tool_rollups.stats_of_steps(f"({tool_rollups.steps_of_runs('late')})", "-1")}
+    {tool_rollups.stats_of_steps(f"({tool_rollups.steps_of_runs('late', '-1')})")}
 ), late_in AS (
     INSERT INTO kw_stage_tools ({_TOOL_COUNTERS})
     {tool_rollups.stats_of_steps(_LATE_STEPS_NOW)}

@@ -85,15 +85,19 @@ async def lock_runs(cur: psycopg.AsyncCursor, run_ids: set[uuid.UUID]) -> None:
     if len(run_ids) > FINE_LOCKS_UP_TO:
         await cur.execute(_LOCK, (GROUP_LOCKS, groups))
         return
-    await cur.execute(_LOCK_SHARED, (GROUP_LOCKS, groups))
     # Signed 32-bit keys; two runs sharing a key only wait for each other needlessly.
     keys = sorted({(run_id.int & 0xFFFFFFFF) - 0x80000000 for run_id in run_ids})
-    await cur.execute(_LOCK, (RUN_LOCKS, keys))
+    await cur.execute(_LOCK_SHARED_THEN_RUNS, (RUN_LOCKS, keys, GROUP_LOCKS, groups))
 
 
 # unnest returns the keys in array order, so they are locked in that order.
 _LOCK = "SELECT pg_advisory_xact_lock(%s, key) FROM unnest(%s::int[]) AS key"
-_LOCK_SHARED = "SELECT pg_advisory_xact_lock_shared(%s, key) FROM unnest(%s::int[]) AS key"
+# Both levels in one round trip: the uncorrelated subquery is a one-time filter,
+# evaluated (every group lock taken) before the first run lock.
+_LOCK_SHARED_THEN_RUNS = """
+SELECT pg_advisory_xact_lock(%s, key) FROM unnest(%s::int[]) AS key
+WHERE (SELECT count(pg_advisory_xact_lock_shared(%s, g)) FROM unnest(%s::int[]) AS g) >= 0
+"""
 
 
 def copy_sql(stage: str, columns: tuple[str, ...]) -> str:

@@ -114,14 +114,3 @@ STAGE_FINISHED = f"""
 INSERT INTO kw_stage_tools (project_id, bucket, tool_name, duration_bin, {", ".join(COUNTERS)})
 {stats_of_steps(f"({steps_of_runs(_FINISHED_RUNS)})")}
 """
-
-MERGE = f"""
-INSERT INTO agent_tool_rollups AS r (project_id, bucket, tool_name, duration_bin,
-                                     {", ".join(COUNTERS)})
-SELECT project_id, bucket, tool_name, duration_bin, {", ".join(f"sum({c})" for c in COUNTERS)}
-FROM kw_stage_tools
-GROUP BY project_id, bucket, tool_name, duration_bin
-ORDER BY project_id, bucket, tool_name, duration_bin
-ON CONFLICT (project_id, bucket, tool_name, duration_bin) DO UPDATE SET
-{", ".join(f"{c} = r.{c} + excluded.{c}" for c in COUNTERS)}
-"""

@@ -16,7 +16,7 @@ Counters on a run (steps, model calls, tokens, cost, last activity) are kept
 current as rows arrive. Rollups add up runs by (project, agent, hour the run
 started): what a new run, a step, a model call or a finish adds is collected
 in the session-local table ``kw_stage_rollups`` and merged at the end.
-Tool rollups (tool_rollups.py) are staged in ``kw_stage_tools`` the same way.
+Tool rollups (tool_rollups.py) are staged in ``kw_stage_tools`` and merged the same way.
 """
 
 from __future__ import annotations
@@ -212,17 +212,29 @@ SELECT project_id, agent_name, {_HOUR.format("started_at")}, calls, input_tokens
 FROM updated
 """
 
-MERGE_RUN_ROLLUPS = f"""
-INSERT INTO agent_run_rollups AS r (project_id, bucket, agent_name, {_cols(ROLLUP_COUNTERS)})
-SELECT project_id, bucket, agent_name, {", ".join(f"sum({c})" for c in ROLLUP_COUNTERS)}
-FROM kw_stage_rollups
-GROUP BY project_id, bucket, agent_name
-ORDER BY project_id, bucket, agent_name
-ON CONFLICT (project_id, bucket, agent_name) DO UPDATE SET
-{", ".join(f"{c} = r.{c} + excluded.{c}" for c in ROLLUP_COUNTERS)}
+
+def _merge(table: str, stage: str, keys: tuple[str, ...], counters: tuple[str, ...]) -> str:
+    """Add the staged rows of ``stage`` to the counters of ``table``, in key order (rule 3)."""
+    return f"""
+INSERT INTO {table} AS r ({_cols(keys)}, {_cols(counters)})
+SELECT {_cols(keys)}, {", ".join(f"sum({c})" for c in counters)}
+FROM {stage}
+GROUP BY {_cols(keys)}
+ORDER BY {_cols(keys)}
+ON CONFLICT ({_cols(keys)}) DO UPDATE SET
+{", ".join(f"{c} = r.{c} + excluded.{c}" for c in counters)}
 """
+
+
 # Both rollup tables, in the order rule 3 fixes; no parameters, so one round trip.
-MERGE_ROLLUPS = f"{MERGE_RUN_ROLLUPS};\n{tool_rollups.MERGE}"
+MERGE_ROLLUPS = ";\n".join(
+    (
+        _merge("agent_run_rollups", "kw_stage_rollups",
+               ("project_id", "bucket", "agent_name"), ROLLUP_COUNTERS),
+        _merge("agent_tool_rollups", "kw_stage_tools",
+               ("project_id", "bucket", "tool_name", "duration_bin"), tool_rollups.COUNTERS),
+    )
+)  # fmt: skip
 
 
 # Finishing a run moves it between rollup counters: what it counted before (if it

@@ -87,11 +87,11 @@ class Settings(BaseSettings):
         gt=0,
         description="A run silent for this long is finished with termination_reason 'timeout'.",
     )
-    tools_exact_calls: int = Field(
+    exact_percentiles_up_to: int = Field(
         default=50_000,
         ge=0,
-        description="Up to this many tool calls in a window, /tools computes duration "
-        "percentiles exactly; beyond, from hourly histograms (within 2%).",
+        description="Duration percentiles over at most this many values (tool calls, or "
+        "finished runs) are computed exactly; beyond, from hourly histograms (within 2%).",
     )
     prices_file: Path | None = Field(
         default=None,

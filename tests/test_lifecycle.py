@@ -75,6 +75,10 @@ async def test_silent_runs_stall_then_time_out(quick_api: Api, project: Project,
         db_url, "SELECT finished_runs FROM agent_run_rollups WHERE project_id = %s", (project.id,)
     )
     assert finished == 1
+    [(timed_out,)] = query(  # and its duration is in the histograms, once
+        db_url, "SELECT sum(runs) FROM agent_duration_rollups WHERE project_id = %s", (project.id,)
+    )
+    assert timed_out == 1
 
 
 async def test_tool_stats_follow_a_run_through_its_timeout(

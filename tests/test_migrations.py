@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import uuid
 import zipfile
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from alembic.config import Config
 from alembic.script import ScriptDirectory
 
 from keelwave.db import migrate
+from keelwave.server import histogram
 
 TABLES = {"projects", "api_keys", "agent_runs", "agent_steps", "ai_traces"}
 REPO = Path(__file__).resolve().parent.parent
@@ -44,6 +46,39 @@ def test_every_revision_walks_up_and_down(fresh_db_url: str) -> None:
     assert tables(fresh_db_url) >= TABLES
     migrate.downgrade(fresh_db_url, "base")
     assert tables(fresh_db_url) == set()
+
+
+def test_upgrades_fill_the_rollups_from_data_stored_before_them(fresh_db_url: str) -> None:
+    """Runs stored by the first schema are counted by every rollup added later."""
+    migrate.upgrade(fresh_db_url, "0001")
+    project, finished, going = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    with psycopg.connect(fresh_db_url) as conn:
+        conn.execute("INSERT INTO projects (id, name) VALUES (%s, 'old')", (project,))
+        conn.execute(
+            "INSERT INTO agent_runs (project_id, id, agent_name, started_at, ended_at, "
+            "termination_reason) VALUES (%s, %s, 'a', '2026-01-01T10:15Z', "
+            "'2026-01-01T10:15:02Z', 'clean'), (%s, %s, 'a', '2026-01-01T10:20Z', NULL, NULL)",
+            (project, finished, project, going),
+        )
+        for run_id, index, query in ((finished, 1, "x"), (finished, 2, "x"), (going, 1, "y")):
+            conn.execute(
+                "INSERT INTO agent_steps (project_id, run_id, step_index, step_type, tool_name, "
+                "input_fingerprint, started_at, duration_ms) "
+                "VALUES (%s, %s, %s, 'tool_call', 'grep', %s, '2026-01-01T10:16Z', 40)",
+                (project, run_id, index, query.encode()),
+            )
+    migrate.upgrade(fresh_db_url)
+    with psycopg.connect(fresh_db_url) as conn:
+        runs = conn.execute("SELECT runs, finished_runs, steps FROM agent_run_rollups").fetchall()
+        durations = conn.execute("SELECT duration_bin, runs FROM agent_duration_rollups").fetchall()
+        tools = conn.execute(
+            "SELECT calls, runs, repeated_calls FROM agent_tool_rollups"
+        ).fetchall()
+    assert runs == [(2, 1, 3)]
+    [(duration_bin, count)] = durations  # the finished run, 2 s long
+    assert count == 1
+    assert histogram.bin_value(duration_bin) == pytest.approx(2000, rel=histogram.ACCURACY)
+    assert tools == [(2, 1, 1)]  # finished runs only; the one going is read from its steps
 
 
 def test_upgrade_is_idempotent(fresh_db_url: str) -> None:

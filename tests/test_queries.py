@@ -18,7 +18,7 @@ import pytest
 from conftest import Api, Project, make_project, make_settings
 
 from keelwave.server.app import create_app
-from keelwave.server.tool_rollups import ACCURACY
+from keelwave.server.histogram import ACCURACY
 
 NOW = datetime.now(UTC)
 REASONS = ["clean", "max_steps_reached", "context_limit", "error", "loop_detected", "timeout"]
@@ -362,10 +362,18 @@ async def test_tools_match_the_data(loaded, query: dict) -> None:
 
 @pytest.fixture
 async def histogram_api(db_url: str, aiohttp_server) -> AsyncIterator[Api]:
-    """A server that always reads tool duration percentiles from the histograms."""
-    server = await aiohttp_server(create_app(make_settings(tools_exact_calls=0), db_url))
+    """A server that always reads duration percentiles from the histograms."""
+    server = await aiohttp_server(create_app(make_settings(exact_percentiles_up_to=0), db_url))
     async with aiohttp.ClientSession() as session:
         yield Api(str(server.make_url("")).rstrip("/"), session)
+
+
+def near_rank(values: list[float], fraction: float) -> object:
+    """What a histogram percentile may answer: within ACCURACY of the value at that rank."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return pytest.approx(ordered[int(fraction * (len(ordered) - 1))], rel=ACCURACY * 1.001)
 
 
 async def test_tool_percentiles_from_histograms_are_within_their_accuracy(
@@ -374,10 +382,41 @@ async def test_tool_percentiles_from_histograms_are_within_their_accuracy(
     _, project, runs = loaded
     got, want = await get_tools(histogram_api, project, runs, {"window": "7d"})
     for name, tool in want.items():
-        ordered = sorted(tool["durations"])
         for fraction, key in ((0.5, "p50_duration_ms"), (0.95, "p95_duration_ms")):
-            at_rank = ordered[int(fraction * (len(ordered) - 1))]
-            assert got[name][key] == pytest.approx(at_rank, rel=ACCURACY * 1.001), (name, key)
+            assert got[name][key] == near_rank(tool["durations"], fraction), (name, key)
+
+
+@pytest.mark.parametrize(
+    "query",
+    [{"window": "7d"}, {"window": "24h"}, {"since": at_hour(-40, 10), "until": at_hour(-3, 50)}],
+)
+async def test_run_duration_percentiles_from_histograms_are_within_their_accuracy(
+    loaded, histogram_api: Api, query: dict
+) -> None:
+    """Summary and health read run durations from hourly histograms past the exact limit."""
+    _, project, runs = loaded
+    auth = project.auth("read")
+    path = f"/v1/projects/{project.id}/agent"
+    status, body, _ = await histogram_api.get(f"{path}/summary", params=query, headers=auth)
+    assert status == 200, body
+    for part in ("current", "previous"):
+        got = body["data"][part]
+        since, until = datetime.fromisoformat(got["since"]), datetime.fromisoformat(got["until"])
+        durations = [r.duration_ms for r in runs if r.reason and since <= r.started < until]
+        assert got["p50_duration_ms"] == near_rank(durations, 0.5), part
+        assert got["p95_duration_ms"] == near_rank(durations, 0.95), part
+
+    status, body, _ = await histogram_api.get(f"{path}/health", params=query, headers=auth)
+    assert status == 200, body
+    since, until = datetime.fromisoformat(body["since"]), datetime.fromisoformat(body["until"])
+    assert body["data"]
+    for row in body["data"]:
+        durations = [
+            r.duration_ms
+            for r in runs
+            if r.reason and r.agent == row["agent_name"] and since <= r.started < until
+        ]
+        assert row["p95_duration_ms"] == near_rank(durations, 0.95), row["agent_name"]
 
 
 async def test_runs_list_filters_and_pagination(loaded) -> None:

@@ -29,7 +29,7 @@ def upgrade() -> None:
             project_id      uuid NOT NULL,
             bucket          timestamptz NOT NULL,   -- the hour the runs started in
             tool_name       text NOT NULL,
-            duration_bin    integer NOT NULL,       -- see tool_rollups.duration_bin_sql
+            duration_bin    integer NOT NULL,       -- see keelwave/server/histogram.py
             calls           bigint NOT NULL DEFAULT 0,
             runs            bigint NOT NULL DEFAULT 0,
             repeated_calls  bigint NOT NULL DEFAULT 0,

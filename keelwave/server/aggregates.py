@@ -3,9 +3,12 @@
 Runs are counted in the window their start falls in. Counters come from the
 hourly rollups for the whole hours inside the window and from agent_runs for
 the partial hours at its edges, so a week reads ~170 rollup rows per agent
-plus at most two hours of runs, and the numbers are exact. Duration
-percentiles are computed from the finished runs themselves.
-Token and cost totals are those of the window's runs.
+plus at most two hours of runs, and the numbers are exact. Run-duration
+percentiles are exact (percentile_cont over the finished runs) while the
+window holds at most ``exact_percentiles_up_to`` (a setting) finished runs;
+beyond that they come from the hourly duration histograms the same way,
+within ``histogram.ACCURACY``. Token and cost totals are those of the
+window's runs.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from typing import Any
 from aiohttp import web
 from psycopg import AsyncConnection
 
-from keelwave.server import appkeys, params
+from keelwave.server import appkeys, histogram, params
 from keelwave.server.params import Window
 from keelwave.server.responses import json_response
 from keelwave.server.schemas import TERMINATION_REASONS
@@ -62,6 +65,14 @@ def floor_hour(moment: datetime) -> datetime:
     return _floor(moment, HOUR)
 
 
+def _whole_hours(window: Window) -> tuple[datetime, datetime]:
+    """The whole hours inside ``window`` (an empty range at its end if there are none)."""
+    full_from, full_to = _ceil(window.since, HOUR), _floor(window.until, HOUR)
+    if full_from >= full_to:
+        return window.until, window.until
+    return full_from, full_to
+
+
 async def window_counters(
     conn: AsyncConnection,
     project_id: str,
@@ -76,9 +87,9 @@ async def window_counters(
     a bucket is not a whole number of hours the rollups cannot be split into
     it, and agent_runs is read for the whole window.
     """
-    full_from, full_to = _ceil(window.since, HOUR), _floor(window.until, HOUR)
-    if full_from >= full_to or (bucket is not None and bucket % HOUR):
-        full_from = full_to = window.until  # no whole hours to take from the rollups
+    full_from, full_to = _whole_hours(window)
+    if bucket is not None and bucket % HOUR:
+        full_from = full_to = window.until  # buckets that cut hours: no rollups
     agent_filter = "AND agent_name = %(agent)s" if agent_name else ""
     counters = ", ".join(ROLLUP_COUNTERS)
     from_runs = ", ".join(f"{expr} AS {name}" for name, expr in _FROM_RUN.items())
@@ -128,15 +139,69 @@ def rate(part: float, whole: float) -> float | None:
     return round(part / whole, 6) if whole else None
 
 
-_PERCENTILES = """
-SELECT {key}
-       percentile_cont(0.5) WITHIN GROUP (ORDER BY duration_ms),
+_EXACT_PERCENTILES = """
+SELECT {key}, percentile_cont(0.5) WITHIN GROUP (ORDER BY duration_ms),
        percentile_cont(0.95) WITHIN GROUP (ORDER BY duration_ms)
 FROM agent_runs
 WHERE project_id = %(project)s AND started_at >= %(since)s AND started_at < %(until)s
   AND duration_ms IS NOT NULL
-{group}
+GROUP BY 1
 """
+
+# (key, duration bin, runs), from the histograms of the whole hours and the
+# finished runs of the edges, like window_counters.
+_DURATION_HISTOGRAM = f"""
+SELECT {{key}}, duration_bin, sum(runs)
+FROM (
+    SELECT agent_name, duration_bin, runs FROM agent_duration_rollups
+    WHERE project_id = %(project)s AND bucket >= %(full_from)s AND bucket < %(full_to)s
+    UNION ALL
+    SELECT agent_name, {histogram.bin_sql("duration_ms")}, 1 FROM agent_runs
+    WHERE project_id = %(project)s AND duration_ms IS NOT NULL
+      AND ((started_at >= %(since)s AND started_at < %(full_from)s)
+           OR (started_at >= %(full_to)s AND started_at < %(until)s))
+) AS parts
+GROUP BY 1, 2
+ORDER BY 1, 2
+"""
+
+
+async def duration_percentiles(
+    conn: AsyncConnection,
+    request: web.Request,
+    project_id: str,
+    window: Window,
+    finished_runs: int,
+    per_agent: bool = False,
+) -> dict[str | None, tuple[float | None, float | None]]:
+    """p50 and p95 of the durations of the window's ``finished_runs`` finished runs.
+
+    Keyed by agent name with ``per_agent``, else one entry under None. Exact
+    up to the setting ``exact_percentiles_up_to`` runs in all (the cost is one
+    sort of them all), from the histograms above.
+    """
+    key = "agent_name" if per_agent else "NULL::text"
+    full_from, full_to = _whole_hours(window)
+    args = {
+        "project": project_id,
+        "since": window.since,
+        "until": window.until,
+        "full_from": full_from,
+        "full_to": full_to,
+    }
+    if finished_runs <= request.app[appkeys.SETTINGS].exact_percentiles_up_to:
+        rows = await (await conn.execute(_EXACT_PERCENTILES.format(key=key), args)).fetchall()
+        return {name: (p50, p95) for name, p50, p95 in rows}
+    bins: dict[str | None, list[tuple[int, int]]] = {}
+    for name, duration_bin, runs in await (
+        await conn.execute(_DURATION_HISTOGRAM.format(key=key), args)
+    ).fetchall():
+        bins.setdefault(name, []).append((duration_bin, int(runs)))
+    return {
+        name: (histogram.percentile(counts, 0.5), histogram.percentile(counts, 0.95))
+        for name, counts in bins.items()
+    }
+
 
 _STALLED = """
 SELECT {key} count(*) FROM agent_runs
@@ -158,7 +223,10 @@ async def _summary_of(
         "until": window.until,
         "stall": params.stall_after(request),
     }
-    p50, p95 = await (await conn.execute(_PERCENTILES.format(key="", group=""), args)).fetchone()
+    percentiles = await duration_percentiles(
+        conn, request, project_id, window, totals["finished_runs"]
+    )
+    p50, p95 = percentiles.get(None, (None, None))
     (stalled,) = await (await conn.execute(_STALLED.format(key="", group=""), args)).fetchone()
     runs = totals["runs"]
     return {
@@ -209,14 +277,10 @@ async def health(request: web.Request) -> web.Response:
     }
     async with request.app[appkeys.POOL].connection() as conn:
         rows = await window_counters(conn, project_id, window, group="agent_name")
-        percentiles = {
-            agent: p95
-            for agent, _, p95 in await (
-                await conn.execute(
-                    _PERCENTILES.format(key="agent_name,", group="GROUP BY agent_name"), args
-                )
-            ).fetchall()
-        }
+        finished = sum(_counters(tuple(values))["finished_runs"] for _, *values in rows)
+        percentiles = await duration_percentiles(
+            conn, request, project_id, window, finished, per_agent=True
+        )
         stalled = dict(
             await (
                 await conn.execute(
@@ -241,7 +305,7 @@ async def health(request: web.Request) -> web.Response:
                     "error_runs": totals["error_runs"],
                     "error_rate": rate(totals["error_runs"], totals["runs"]),
                     "stalled_runs": stalled.get(agent_name, 0),
-                    "p95_duration_ms": percentiles.get(agent_name),
+                    "p95_duration_ms": percentiles.get(agent_name, (None, None))[1],
                     "avg_steps": rate(totals["steps"], totals["runs"]),
                     "input_tokens": totals["input_tokens"],
                     "output_tokens": totals["output_tokens"],

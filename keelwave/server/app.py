@@ -120,7 +120,7 @@ async def _database(app: web.Application) -> AsyncIterator[None]:
 
 
 async def _configure_connection(conn: psycopg.AsyncConnection) -> None:
-    """Every pooled connection answers times in UTC and has the rollup staging table
+    """Every pooled connection answers times in UTC and has the rollup staging tables
     that finishes write through."""
     await conn.execute("SET TIME ZONE 'UTC'")
     # Requests are short queries; JIT compilation would cost more than it saves.
@@ -128,5 +128,5 @@ async def _configure_connection(conn: psycopg.AsyncConnection) -> None:
     # Always plan with the real parameters: a time window of a week and an empty
     # one need different plans, and a generic plan would scan for both.
     await conn.execute("SET plan_cache_mode = force_custom_plan")
-    for statement in writes.STAGING_DDL[-2:]:
+    for statement in writes.ROLLUP_STAGING_DDL:
         await conn.execute(statement)

@@ -9,59 +9,14 @@ settled facts and the counters stay additive across hours. A step arriving
 after its run finished swaps the run's old contribution for the new one.
 Runs still going are read from agent_steps at query time; they are few.
 
-Durations are kept as a log-scale histogram (DDSketch's scheme): bin ``i``
-holds durations in ``(MIN_MS·γ^(i-1), MIN_MS·γ^i]``, and the value reported
-for a bin is within ``ACCURACY`` of every duration in it. Bin 0 holds
-durations up to ``MIN_MS``, ``NO_DURATION`` the calls sent without one.
-These constants are part of the stored data: changing them needs a migration
-that rebuilds the table.
+Durations are kept as a log-scale histogram (histogram.py).
 """
 
 from __future__ import annotations
 
-import math
-
-ACCURACY = 0.02  # relative error of a percentile read from the histogram
-GAMMA = (1 + ACCURACY) / (1 - ACCURACY)
-MIN_MS = 0.001
-NO_DURATION = -1
+from keelwave.server.histogram import bin_sql
 
 COUNTERS = ("calls", "runs", "repeated_calls", "error_calls")
-
-_LOG_GAMMA = repr(math.log(GAMMA))
-
-
-def duration_bin_sql(column: str) -> str:
-    """The SQL expression that puts the duration in ``column`` in its bin."""
-    return (
-        f"CASE WHEN {column} IS NULL THEN {NO_DURATION} WHEN {column} <= {MIN_MS} THEN 0 "
-        f"ELSE ceil(ln({column} / {MIN_MS}) / {_LOG_GAMMA})::int END"
-    )
-
-
-def bin_value(duration_bin: int) -> float:
-    """The duration reported for a bin: within ACCURACY of everything in it."""
-    if duration_bin <= 0:
-        return 0.0
-    return 2 * MIN_MS * GAMMA**duration_bin / (GAMMA + 1)
-
-
-def percentile(histogram: list[tuple[int, int]], fraction: float) -> float | None:
-    """The ``fraction`` percentile of a histogram of (bin, calls), bins ascending.
-
-    Picks the bin holding the value at rank ``fraction·(n-1)``, the rank
-    PostgreSQL's percentile_cont interpolates at.
-    """
-    total = sum(count for _, count in histogram)
-    if not total:
-        return None
-    rank = fraction * (total - 1)
-    seen = 0
-    for duration_bin, count in histogram:
-        seen += count
-        if seen > rank:
-            return round(bin_value(duration_bin), 3)
-    return round(bin_value(histogram[-1][0]), 3)
 
 
 def stats_of_steps(steps: str) -> str:
@@ -74,7 +29,7 @@ def stats_of_steps(steps: str) -> str:
     """
     return f"""
     SELECT project_id, date_trunc('hour', run_started_at, 'UTC') AS bucket, tool_name,
-           {duration_bin_sql("duration_ms")} AS duration_bin,
+           {bin_sql("duration_ms")} AS duration_bin,
            sum(sign) AS calls,
            coalesce(sum(sign) FILTER (WHERE first_of_tool), 0) AS runs,
            coalesce(sum(sign) FILTER (WHERE NOT first_of_input), 0) AS repeated_calls,

@@ -7,8 +7,8 @@ agent_tool_rollups, which holds finished runs; the runs still going, and the
 finished runs that make up the difference between the window's edges and
 whole hours, are read from their steps, so the counts are exact. Duration
 percentiles are exact (percentile_cont over the steps) while the window
-holds at most ``tools_exact_calls`` (a setting) calls; beyond that they come
-from the rollups' histogram, within ``tool_rollups.ACCURACY``.
+holds at most ``exact_percentiles_up_to`` (a setting) calls; beyond that they
+come from the rollups' histogram, within ``histogram.ACCURACY``.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 
 from aiohttp import web
 
-from keelwave.server import appkeys, params, tool_rollups
+from keelwave.server import appkeys, histogram, params, tool_rollups
 from keelwave.server.aggregates import HOUR, floor_hour, rate
 from keelwave.server.params import Window
 from keelwave.server.responses import json_response
@@ -129,16 +129,15 @@ async def tools(request: web.Request) -> web.Response:
             total = totals[name]
             for position, value in enumerate(counters):
                 total[position] += int(value)
-            if duration_bin != tool_rollups.NO_DURATION and counters[0]:
-                histograms[name].append((duration_bin, int(counters[0])))
+            histograms[name].append((duration_bin, int(counters[0])))
         totals = {name: total for name, total in totals.items() if total[0] > 0}
-        exact_up_to = request.app[appkeys.SETTINGS].tools_exact_calls
+        exact_up_to = request.app[appkeys.SETTINGS].exact_percentiles_up_to
         if sum(total[0] for total in totals.values()) <= exact_up_to:
             rows = await (await conn.execute(_EXACT_PERCENTILES, args)).fetchall()
             percentiles = {name: (p50, p95) for name, p50, p95 in rows}
         else:
             percentiles = {
-                name: (tool_rollups.percentile(bins, 0.5), tool_rollups.percentile(bins, 0.95))
+                name: (histogram.percentile(bins, 0.5), histogram.percentile(bins, 0.95))
                 for name, bins in histograms.items()
             }
     data: list[dict[str, Any]] = []

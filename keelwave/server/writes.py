@@ -9,14 +9,16 @@ writer's group commit, a finish, or the reaper timing runs out:
    duplicate checks and counter updates see each other's rows.
 2. It updates run rows before rollup rows.
 3. It changes rollup rows in one statement per rollup table, in key order,
-   run rollups before tool rollups, so two transactions can never wait on
+   run rollups, then duration rollups, then tool rollups, so two transactions can never wait on
    each other's rollup rows.
 
 Counters on a run (steps, model calls, tokens, cost, last activity) are kept
 current as rows arrive. Rollups add up runs by (project, agent, hour the run
 started): what a new run, a step, a model call or a finish adds is collected
 in the session-local table ``kw_stage_rollups`` and merged at the end.
-Tool rollups (tool_rollups.py) are staged in ``kw_stage_tools`` and merged the same way.
+Run-duration histograms (agent_duration_rollups, changed by finishes) and tool
+rollups (tool_rollups.py) are staged in ``kw_stage_durations`` and
+``kw_stage_tools`` and merged the same way.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import uuid
 import psycopg
 
 from keelwave.server import tool_rollups
+from keelwave.server.histogram import bin_sql
 
 GROUP_LOCKS = 0x6B77  # 'kw': pg_advisory_xact_lock(int, int) namespace of run groups
 RUN_LOCKS = 0x6B78  # namespace of single runs
@@ -56,19 +59,24 @@ ROLLUP_COUNTERS = (
 
 TERMINATION_COUNTERS = tuple(c[5:] for c in ROLLUP_COUNTERS if c.startswith("term_"))
 
-STAGING_DDL = (
+ROW_STAGING_DDL = (
     "CREATE TEMP TABLE IF NOT EXISTS kw_stage_runs "
     "(seq integer, LIKE agent_runs INCLUDING DEFAULTS) ON COMMIT DELETE ROWS",
     "CREATE TEMP TABLE IF NOT EXISTS kw_stage_steps "
     "(seq integer, LIKE agent_steps INCLUDING DEFAULTS) ON COMMIT DELETE ROWS",
     "CREATE TEMP TABLE IF NOT EXISTS kw_stage_traces "
     "(seq integer, LIKE ai_traces INCLUDING DEFAULTS) ON COMMIT DELETE ROWS",
-    # The last two are what finishes and the reaper need on every pooled connection.
+)
+# What finishes and the reaper need on every pooled connection, and the writer too.
+ROLLUP_STAGING_DDL = (
     "CREATE TEMP TABLE IF NOT EXISTS kw_stage_rollups "
     "(LIKE agent_run_rollups INCLUDING DEFAULTS) ON COMMIT DELETE ROWS",
+    "CREATE TEMP TABLE IF NOT EXISTS kw_stage_durations "
+    "(LIKE agent_duration_rollups INCLUDING DEFAULTS) ON COMMIT DELETE ROWS",
     "CREATE TEMP TABLE IF NOT EXISTS kw_stage_tools "
     "(LIKE agent_tool_rollups INCLUDING DEFAULTS) ON COMMIT DELETE ROWS",
 )
+STAGING_DDL = ROW_STAGING_DDL + ROLLUP_STAGING_DDL
 
 
 async def lock_runs(cur: psycopg.AsyncCursor, run_ids: set[uuid.UUID]) -> None:
@@ -226,11 +234,13 @@ ON CONFLICT ({_cols(keys)}) DO UPDATE SET
 """
 
 
-# Both rollup tables, in the order rule 3 fixes; no parameters, so one round trip.
+# Every rollup table, in the order rule 3 fixes; no parameters, so one round trip.
 MERGE_ROLLUPS = ";\n".join(
     (
         _merge("agent_run_rollups", "kw_stage_rollups",
                ("project_id", "bucket", "agent_name"), ROLLUP_COUNTERS),
+        _merge("agent_duration_rollups", "kw_stage_durations",
+               ("project_id", "bucket", "agent_name", "duration_bin"), ("runs",)),
         _merge("agent_tool_rollups", "kw_stage_tools",
                ("project_id", "bucket", "tool_name", "duration_bin"), tool_rollups.COUNTERS),
     )
@@ -238,37 +248,42 @@ MERGE_ROLLUPS = ";\n".join(
 
 
 # Finishing a run moves it between rollup counters: what it counted before (if it
-# was finished already) is taken away, what it counts now is added. ``source``
-# yields (project_id, agent_name, started_at, sign, reason, loop, duration).
-def _stage_finish_deltas(source: str) -> str:
+# was finished already) is taken away, what it counts now is added, in the run
+# rollups and in the duration histograms. ``deltas`` is a SELECT of
+# (project_id, agent_name, started_at, sign, reason, loop, duration); the result
+# is CTEs that stage those changes.
+def _stage_finish_deltas(deltas: str) -> str:
     terms = ",\n       ".join(
         f"sign * (reason IS NOT DISTINCT FROM '{reason}')::int" for reason in TERMINATION_COUNTERS
     )
-    return f"""
+    return f"""deltas AS ({deltas}
+), staged AS (
     INSERT INTO kw_stage_rollups (project_id, agent_name, bucket, finished_runs, loop_runs,
         error_runs, duration_ms_sum, {_cols(tuple(f"term_{r}" for r in TERMINATION_COUNTERS))})
     SELECT project_id, agent_name, {_HOUR.format("started_at")},
            sign * (reason IS NOT NULL)::int, sign * loop::int,
            sign * (reason IS NOT DISTINCT FROM 'error')::int, sign * coalesce(duration, 0),
            {terms}
-    FROM {source}
-    """
+    FROM deltas
+), staged_durations AS (
+    INSERT INTO kw_stage_durations (project_id, bucket, agent_name, duration_bin, runs)
+    SELECT project_id, {_HOUR.format("started_at")}, agent_name, {bin_sql("duration")}, sign
+    FROM deltas WHERE duration IS NOT NULL
+)"""
 
 
-_FINISH_DELTAS = """(
+_FINISH_DELTAS = """
     SELECT o.project_id, o.agent_name, o.started_at, v.*
     FROM old o JOIN new n ON n.id = o.id
     CROSS JOIN LATERAL (VALUES (-1, o.reason, o.loop, o.duration),
                                (1, n.reason, n.loop, n.duration))
-        AS v (sign, reason, loop, duration)
-) AS deltas"""
-_TIME_OUT_DELTAS = """(
+        AS v (sign, reason, loop, duration)"""
+_TIME_OUT_DELTAS = """
     SELECT n.project_id, n.agent_name, n.started_at, v.*
     FROM new n
     CROSS JOIN LATERAL (VALUES (-1, NULL::text, n.loop, NULL::float8),
                                (1, 'timeout', n.loop, n.duration))
-        AS v (sign, reason, loop, duration)
-) AS deltas"""
+        AS v (sign, reason, loop, duration)"""
 
 # Finish runs of one project, each id at most once (the caller splits repeats
 # into rounds). Returns each stored run's id and whether it was unfinished before.
@@ -295,7 +310,7 @@ WITH input AS (
     FROM input i WHERE r.project_id = %(project_id)s AND r.id = i.id
     RETURNING r.id, r.termination_reason AS reason, r.loop_detected AS loop,
               r.duration_ms AS duration
-), staged AS ({_stage_finish_deltas(_FINISH_DELTAS)})
+), {_stage_finish_deltas(_FINISH_DELTAS)}
 SELECT id, reason IS NULL FROM old
 """
 
@@ -314,6 +329,6 @@ WITH input AS (
       AND r.last_activity_at < now() - make_interval(secs => %(timeout)s)
     RETURNING r.project_id, r.id, r.agent_name, r.started_at, r.loop_detected AS loop,
               r.duration_ms AS duration
-), staged AS ({_stage_finish_deltas(_TIME_OUT_DELTAS)})
+), {_stage_finish_deltas(_TIME_OUT_DELTAS)}
 SELECT project_id, id FROM new
 """

@@ -128,5 +128,5 @@ async def _configure_connection(conn: psycopg.AsyncConnection) -> None:
     # Always plan with the real parameters: a time window of a week and an empty
     # one need different plans, and a generic plan would scan for both.
     await conn.execute("SET plan_cache_mode = force_custom_plan")
-    for statement in writes.ROLLUP_STAGING_DDL:
+    for statement in writes.staging_ddl(writes.ROLLUP_STAGES, emptied_at_commit=True):
         await conn.execute(statement)

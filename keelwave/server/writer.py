@@ -33,6 +33,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 import psycopg
+from psycopg import pq
 
 from keelwave.server import writes
 from keelwave.server.metrics import Metrics
@@ -46,6 +47,18 @@ STAGES = (
     (2, "kw_stage_traces", writes.TRACE_COLUMNS, writes.INSERT_TRACES),
 )
 
+
+# Up to this many rows of a kind, a flush stages them with a multi-row INSERT in
+# its single pipeline; more go by COPY (see _Lane.commit).
+PIPELINED_ROWS = 64
+# A lane empties its staging tables with DELETE at the end of each transaction
+# (cheap) and TRUNCATEs them once this many rows have gone through since the
+# last time (a few hundred microseconds a table), so the dead rows DELETE
+# leaves behind, which every flush scans past, stay few.
+TRUNCATE_STAGES_AFTER_ROWS = 2_000
+# The staging tables the writer fills (run-duration histograms change only when
+# runs finish, in lifecycle.py, so the writer never stages them).
+WRITER_STAGES = (*writes.ROW_STAGES, *writes.ROLLUP_STAGES[:1], *writes.ROLLUP_STAGES[2:])
 
 ANALYZE_AT_ROWS = (1_000, 10_000, 100_000)
 TABLE_OF_STAGE = {
@@ -224,20 +237,59 @@ class _Lane:
         self._conninfo = conninfo
         self._connect_timeout = connect_timeout
         self._conn: psycopg.AsyncConnection | None = None
+        self._staged_since_truncate = 0  # rows through the staging tables since TRUNCATE
 
     async def commit(self, batch: list[Submission]) -> None:
+        """Write the batch in one transaction, in as few round trips as it can.
+
+        A flush of a few rows is one round trip: BEGIN, the locks, the rows
+        (a multi-row INSERT into staging), the statements moving them in,
+        the rollup merges and COMMIT go together in one pipeline. Larger
+        flushes COPY their rows between a pipeline that begins and locks and
+        one that does the rest: COPY costs two round trips, but far less
+        CPU per row on both sides.
+        """
         conn = await self._connection()
-        async with conn.transaction(), conn.cursor() as cur:
-            await writes.lock_runs(cur, _runs_touched(batch))
-            for position, stage, columns, statement in STAGES:
-                rows = [row for submission in batch for row in submission.rows[position]]
-                if not rows:
-                    continue
-                async with cur.copy(writes.copy_sql(stage, columns)) as copy:
-                    for seq, row in enumerate(rows):
-                        await copy.write_row((seq, *row))
-                await cur.execute(statement)
-            await cur.execute(writes.MERGE_ROLLUPS)
+        parts = [
+            (stage, columns, statement, [row for s in batch for row in s.rows[position]])
+            for position, stage, columns, statement in STAGES
+        ]
+        parts = [part for part in parts if part[3]]
+        copied = {stage for stage, _, _, rows in parts if len(rows) > PIPELINED_ROWS}
+        staged = sum(len(rows) for *_, rows in parts)
+        truncate = self._staged_since_truncate + staged > TRUNCATE_STAGES_AFTER_ROWS
+        self._staged_since_truncate += staged
+        try:
+            async with conn.cursor() as cur:
+                async with conn.pipeline():
+                    await cur.execute("BEGIN")
+                    await writes.lock_runs(cur, _runs_touched(batch))
+                    if not copied:
+                        await _move_in(cur, parts, copied, truncate)
+                if copied:
+                    for stage, columns, _, rows in parts:
+                        if stage in copied:
+                            async with cur.copy(writes.copy_sql(stage, columns)) as copy:
+                                for seq, row in enumerate(rows):
+                                    await copy.write_row((seq, *row))
+                    async with conn.pipeline():
+                        await _move_in(cur, parts, copied, truncate)
+        except BaseException:
+            await self._roll_back()
+            raise
+        if truncate:
+            self._staged_since_truncate = 0
+
+    async def _roll_back(self) -> None:
+        """End a failed transaction; a connection that cannot is dropped."""
+        conn = self._conn
+        if conn is None or conn.closed:
+            return
+        try:
+            if conn.info.transaction_status != pq.TransactionStatus.IDLE:
+                await conn.execute("ROLLBACK")
+        except Exception:  # broken, or mid-protocol after a cancellation
+            await self.drop()
 
     async def analyze(self, tables: list[str]) -> None:
         try:
@@ -260,10 +312,10 @@ class _Lane:
             # those inflated costs make every statement pay for JIT compilation.)
             for setting in ("enable_hashjoin", "enable_mergejoin", "enable_seqscan", "jit"):
                 await conn.execute(f"SET {setting} = off")
-            for statement in writes.STAGING_DDL:
-                # Session-local, emptied at every commit; never touches the WAL.
+            for statement in writes.staging_ddl(WRITER_STAGES, emptied_at_commit=False):
                 await conn.execute(statement)
             self._conn = conn
+            self._staged_since_truncate = 0
         return self._conn
 
     async def drop(self) -> None:
@@ -273,6 +325,33 @@ class _Lane:
             except Exception:  # already broken; nothing to save
                 pass
             self._conn = None
+
+
+async def _move_in(
+    cur: psycopg.AsyncCursor, parts: list[tuple], copied: set[str], truncate: bool
+) -> None:
+    """Stage the rows not COPYed, move every stage into its table, merge the rollups,
+    empty the staging tables (see TRUNCATE_STAGES_AFTER_ROWS), commit."""
+    for stage, columns, statement, rows in parts:
+        if stage not in copied:
+            values = [value for seq, row in enumerate(rows) for value in (seq, *row)]
+            await cur.execute(writes.values_sql(stage, columns, len(rows)), values)
+        await cur.execute(statement)
+    # The writer stages run rollups, and tool rollups for late steps; run-duration
+    # histograms change only when runs finish (lifecycle.py).
+    has_steps = any(stage == "kw_stage_steps" for stage, *_ in parts)
+    await cur.execute(writes.MERGE_RUN_ROLLUPS)
+    if has_steps:
+        await cur.execute(writes.MERGE_TOOL_ROLLUPS)
+    if truncate:
+        await cur.execute(f"TRUNCATE {', '.join(name for name, *_ in WRITER_STAGES)}")
+    else:
+        for stage, *_ in parts:
+            await cur.execute(f"DELETE FROM {stage}")
+        await cur.execute("DELETE FROM kw_stage_rollups")
+        if has_steps:
+            await cur.execute("DELETE FROM kw_stage_tools")
+    await cur.execute("COMMIT")
 
 
 def _runs_touched(batch: list[Submission]) -> set:

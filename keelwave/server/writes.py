@@ -59,24 +59,35 @@ ROLLUP_COUNTERS = (
 
 TERMINATION_COUNTERS = tuple(c[5:] for c in ROLLUP_COUNTERS if c.startswith("term_"))
 
-ROW_STAGING_DDL = (
-    "CREATE TEMP TABLE IF NOT EXISTS kw_stage_runs "
-    "(seq integer, LIKE agent_runs INCLUDING DEFAULTS) ON COMMIT DELETE ROWS",
-    "CREATE TEMP TABLE IF NOT EXISTS kw_stage_steps "
-    "(seq integer, LIKE agent_steps INCLUDING DEFAULTS) ON COMMIT DELETE ROWS",
-    "CREATE TEMP TABLE IF NOT EXISTS kw_stage_traces "
-    "(seq integer, LIKE ai_traces INCLUDING DEFAULTS) ON COMMIT DELETE ROWS",
+# Session-local staging tables (name, the table they mirror, whether rows carry a
+# seq number giving their order in the batch). Temp tables never touch the WAL.
+ROW_STAGES = (
+    ("kw_stage_runs", "agent_runs", True),
+    ("kw_stage_steps", "agent_steps", True),
+    ("kw_stage_traces", "ai_traces", True),
 )
 # What finishes and the reaper need on every pooled connection, and the writer too.
-ROLLUP_STAGING_DDL = (
-    "CREATE TEMP TABLE IF NOT EXISTS kw_stage_rollups "
-    "(LIKE agent_run_rollups INCLUDING DEFAULTS) ON COMMIT DELETE ROWS",
-    "CREATE TEMP TABLE IF NOT EXISTS kw_stage_durations "
-    "(LIKE agent_duration_rollups INCLUDING DEFAULTS) ON COMMIT DELETE ROWS",
-    "CREATE TEMP TABLE IF NOT EXISTS kw_stage_tools "
-    "(LIKE agent_tool_rollups INCLUDING DEFAULTS) ON COMMIT DELETE ROWS",
+ROLLUP_STAGES = (
+    ("kw_stage_rollups", "agent_run_rollups", False),
+    ("kw_stage_durations", "agent_duration_rollups", False),
+    ("kw_stage_tools", "agent_tool_rollups", False),
 )
-STAGING_DDL = ROW_STAGING_DDL + ROLLUP_STAGING_DDL
+
+
+def staging_ddl(stages: tuple, emptied_at_commit: bool) -> list[str]:
+    """CREATE statements for ``stages``.
+
+    ``emptied_at_commit`` makes PostgreSQL empty them at every commit that
+    used temp tables; that truncation costs a few hundred microseconds per
+    table, so the ingest writer, which commits hundreds of times a second,
+    empties them itself (writer.py).
+    """
+    on_commit = " ON COMMIT DELETE ROWS" if emptied_at_commit else ""
+    return [
+        f"CREATE TEMP TABLE IF NOT EXISTS {name} "
+        f"({'seq integer, ' if seq else ''}LIKE {like} INCLUDING DEFAULTS){on_commit}"
+        for name, like, seq in stages
+    ]
 
 
 async def lock_runs(cur: psycopg.AsyncCursor, run_ids: set[uuid.UUID]) -> None:
@@ -110,6 +121,12 @@ WHERE (SELECT count(pg_advisory_xact_lock_shared(%s, g)) FROM unnest(%s::int[]) 
 
 def copy_sql(stage: str, columns: tuple[str, ...]) -> str:
     return f"COPY {stage} (seq, {', '.join(columns)}) FROM STDIN"
+
+
+def values_sql(stage: str, columns: tuple[str, ...], rows: int) -> str:
+    """An INSERT of ``rows`` rows into ``stage``: what a few rows take instead of COPY."""
+    row = f"({', '.join(['%s'] * (len(columns) + 1))})"
+    return f"INSERT INTO {stage} (seq, {', '.join(columns)}) VALUES {', '.join([row] * rows)}"
 
 
 def _cols(columns: tuple[str, ...], prefix: str = "") -> str:
@@ -234,17 +251,19 @@ ON CONFLICT ({_cols(keys)}) DO UPDATE SET
 """
 
 
-# Every rollup table, in the order rule 3 fixes; no parameters, so one round trip.
-MERGE_ROLLUPS = ";\n".join(
-    (
-        _merge("agent_run_rollups", "kw_stage_rollups",
-               ("project_id", "bucket", "agent_name"), ROLLUP_COUNTERS),
-        _merge("agent_duration_rollups", "kw_stage_durations",
-               ("project_id", "bucket", "agent_name", "duration_bin"), ("runs",)),
-        _merge("agent_tool_rollups", "kw_stage_tools",
-               ("project_id", "bucket", "tool_name", "duration_bin"), tool_rollups.COUNTERS),
-    )
+MERGE_RUN_ROLLUPS = _merge(
+    "agent_run_rollups", "kw_stage_rollups", ("project_id", "bucket", "agent_name"), ROLLUP_COUNTERS
+)
+MERGE_DURATION_ROLLUPS = _merge(
+    "agent_duration_rollups", "kw_stage_durations",
+    ("project_id", "bucket", "agent_name", "duration_bin"), ("runs",),
 )  # fmt: skip
+MERGE_TOOL_ROLLUPS = _merge(
+    "agent_tool_rollups", "kw_stage_tools",
+    ("project_id", "bucket", "tool_name", "duration_bin"), tool_rollups.COUNTERS,
+)  # fmt: skip
+# Every rollup table, in the order rule 3 fixes; no parameters, so one round trip.
+MERGE_ROLLUPS = ";\n".join((MERGE_RUN_ROLLUPS, MERGE_DURATION_ROLLUPS, MERGE_TOOL_ROLLUPS))
 
 
 # Finishing a run moves it between rollup counters: what it counted before (if it

@@ -7,7 +7,8 @@ Creates a scratch database on the PostgreSQL at KEELWAVE_BENCH_DATABASE_URL
 `keelwave serve` on it, and measures:
 
 1. batched ingest: N clients each posting batches of steps in a loop;
-2. single-step ingest: N clients posting one step per request;
+2. single-step ingest: N clients posting one step per request, then single
+   steps sent at half the rate that reached (open loop), for latency;
 3. the baseline: the same kind of rows written with COPY straight into a copy
    of agent_steps with the same indexes, in 5,000-row transactions.
 
@@ -175,6 +176,45 @@ async def load(url: str, key: str, clients: int, batch: int, seconds: float) -> 
     }
 
 
+async def paced(url: str, key: str, rate: float, seconds: float) -> dict:
+    """Single-step requests sent at a fixed ``rate`` (open loop), whatever the answers do.
+
+    Latency counts from when a request was due, not when it was sent, so a
+    server falling behind shows as latency instead of a slower sender.
+    """
+    headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+    count = int(rate * seconds)
+    run_id = str(uuid.uuid4())
+    bodies = [step_body(run_id, index, 1) for index in range(count)]
+    latencies: list[float] = []
+    failures = 0
+
+    async def one(session: aiohttp.ClientSession, due: float, body: bytes) -> None:
+        nonlocal failures
+        await asyncio.sleep(max(0.0, due - time.perf_counter()))
+        async with session.post(f"{url}/v1/ingest/agent/steps", data=body, headers=headers) as r:
+            await r.read()
+            if r.status == 200:
+                latencies.append(time.perf_counter() - due)
+            else:
+                failures += 1
+
+    connector = aiohttp.TCPConnector(limit=256)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        start = time.perf_counter() + 0.2
+        await asyncio.gather(*[one(session, start + n / rate, body)
+                               for n, body in enumerate(bodies)])  # fmt: skip
+        elapsed = time.perf_counter() - start
+    latencies.sort()
+    return {
+        "steps_per_s": len(latencies) / elapsed,
+        "requests_per_s": len(latencies) / elapsed,
+        "p50_ms": 1000 * statistics.median(latencies) if latencies else None,
+        "p99_ms": 1000 * latencies[int(len(latencies) * 0.99) - 1] if latencies else None,
+        "failures": failures,
+    }
+
+
 def raw_copy(db_url: str, rows: int) -> float:
     """COPY pre-formatted rows into a copy of agent_steps, 5,000 rows a transaction."""
     project = uuid.uuid4()
@@ -223,6 +263,7 @@ def main() -> None:
         with RssSampler(process.pid) as rss:
             batched = asyncio.run(load(url, key, args.clients, args.batch, args.seconds))
         single = asyncio.run(load(url, key, args.clients, 1, args.seconds))
+        half = asyncio.run(paced(url, key, single["requests_per_s"] / 2, args.seconds))
     finally:
         process.terminate()
         process.wait()
@@ -237,6 +278,7 @@ def main() -> None:
     for label, result in (
         (f"batched ({args.batch}/request, {args.clients} clients)", batched),
         (f"single step ({args.clients} clients)", single),
+        ("single step at half that rate", half),
     ):
         print(
             f"{label:<34}{result['steps_per_s']:>10.0f}{result['requests_per_s']:>10.0f}"

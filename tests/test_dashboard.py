@@ -173,7 +173,7 @@ def test_sign_in_refuses_bad_keys_and_remembers_a_good_one(server, keys, page) -
 
 def test_overview_cards_chart_and_window(server, keys, page) -> None:
     sign_in(page, server, keys["read"])
-    sync_api.expect(page.get_by_text("Loop rate")).to_be_visible()
+    sync_api.expect(page.get_by_text("Loop rate", exact=True)).to_be_visible()
     cards = page.locator(".cards")
     sync_api.expect(cards).to_contain_text("25.0%")  # 1 looping run of 4
     chart = page.get_by_role("img", name="Runs, loops and errors over time")

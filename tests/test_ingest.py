@@ -7,6 +7,7 @@ import base64
 import hashlib
 import uuid
 
+import pytest
 from conftest import Api, Project, query
 
 
@@ -392,3 +393,23 @@ async def test_runs_can_finish_in_a_batch(api: Api, project: Project, db_url: st
         json=[{"id": ids[2], "termination_reason": "finished"}],
     )
     assert (status, answer["error"]["field"]) == (422, "[0].termination_reason")
+
+
+@pytest.mark.parametrize(
+    "path", ["/v1/ingest/agent/runs/{id}/finish", "/v1/ingest/agent/runs/finish"]
+)
+async def test_values_postgresql_refuses_are_a_422_not_a_500(
+    api: Api, project: Project, path: str
+) -> None:
+    _, body, _ = await api.post(
+        "/v1/ingest/agent/runs", json={"agent_name": "odd"}, headers=project.auth()
+    )
+    run_id = body["data"]["id"]
+    finish = {"id": run_id, "termination_reason": "clean", "loop_step_index": 7483686652}
+    status, answer, _ = await api.post(
+        path.format(id=run_id),
+        json=finish if "{id}" in path else [finish],
+        headers=project.auth(),
+    )
+    assert status == 422, answer
+    assert "loop_step_index" in answer["error"]["message"]

@@ -1,9 +1,11 @@
 """The background sender: the agent hands over events and goes on at full speed.
 
-Events go into a bounded in-memory queue; one daemon thread sends them in
-batches, one request per kind of event (run starts, steps, model calls,
-finishes). Order matters only in that a run is created before it is
-finished; see ``_take``.
+Events go into a bounded in-memory queue; a daemon thread takes what is
+waiting and sends it in batches, one request per kind of event (run starts,
+steps, model calls, finishes), up to ``IN_FLIGHT`` requests at a time over
+keep-alive connections: the server answers only after commit, so one request
+at a time would leave it idle. Order matters only in that a run is created
+before it is finished; see ``_take``.
 
 Failures never reach the agent:
 
@@ -25,6 +27,7 @@ from __future__ import annotations
 import http.client
 import json
 import logging
+import queue
 import random
 import threading
 import time
@@ -36,6 +39,7 @@ from dataclasses import dataclass
 log = logging.getLogger("keelwave")
 
 MAX_BATCH = 500  # steps or model calls in one request
+IN_FLIGHT = 4  # requests sent at once, each on its own connection
 
 
 @dataclass(slots=True)
@@ -86,6 +90,12 @@ class Transport:
         self._local = threading.local()
         self._thread = threading.Thread(target=self._run, name="keelwave-transport", daemon=True)
         self._thread.start()
+        # Helpers for the extra requests in flight; daemons, so a server that is
+        # down never keeps the agent's process from exiting.
+        self._work: queue.SimpleQueue[tuple[list[Event], threading.Event]] = queue.SimpleQueue()
+        for number in range(IN_FLIGHT - 1):
+            threading.Thread(target=self._help, name=f"keelwave-transport-{number + 1}",
+                             daemon=True).start()  # fmt: skip
 
     # -- the agent's side: cheap, never blocks, never raises -------------------
 
@@ -133,10 +143,8 @@ class Transport:
                 self._wakeup.clear()
                 continue
             try:
-                for batch in self._take():
-                    self._deliver(batch)
-                    with self._idle:
-                        self._sending -= len(batch)
+                for phase in self._take():
+                    self._deliver_together(phase)
             except Exception:  # a bug must not kill the sender
                 log.exception("keelwave: failed to send events")
             finally:
@@ -145,15 +153,39 @@ class Transport:
                     self._idle.notify_all()
         self._close_connection()
 
-    def _take(self) -> list[list[Event]]:
-        """Everything waiting (up to a limit), as requests in a safe order.
+    def _deliver_together(self, batches: list[list[Event]]) -> None:
+        """Send the batches, up to IN_FLIGHT at once; return when all are settled."""
+        done = []
+        for batch in batches[1:]:
+            settled = threading.Event()
+            self._work.put((batch, settled))
+            done.append(settled)
+        if batches:
+            self._deliver(batches[0])  # this thread sends one itself
+        for settled in done:
+            settled.wait()
+        with self._idle:
+            self._sending -= sum(len(batch) for batch in batches)
+
+    def _help(self) -> None:
+        while True:
+            batch, settled = self._work.get()
+            try:
+                self._deliver(batch)
+            except Exception:  # a bug must not kill the helper
+                log.exception("keelwave: failed to send events")
+            finally:
+                settled.set()
+
+    def _take(self) -> list[list[list[Event]]]:
+        """Everything waiting (up to a limit), as phases of requests in a safe order.
 
         Batching comes from the sender being busy: what queued up during one
         round goes out together in the next, with no artificial delay. Run
-        starts go first, then steps and model calls, then finishes, all in
-        batches, so a finish never overtakes its run's start; steps and model
-        calls may arrive in any order (the server takes them before their
-        run, and their identities make resends harmless).
+        starts, steps and model calls go first, side by side: steps and model
+        calls may arrive before their run (the server takes them, and their
+        identities make resends harmless). Finishes go once all of those are
+        acknowledged, so a finish never overtakes its run's start.
         """
         with self._idle:
             taken = [self._queue.popleft() for _ in range(min(len(self._queue), 4 * MAX_BATCH))]
@@ -166,7 +198,7 @@ class Transport:
             events = by_kind[kind]
             return [events[i : i + MAX_BATCH] for i in range(0, len(events), MAX_BATCH)]
 
-        return batches("run") + batches("step") + batches("ai") + batches("finish")
+        return [batches("run") + batches("step") + batches("ai"), batches("finish")]
 
     def _deliver(self, batch: list[Event]) -> None:
         first = batch[0]

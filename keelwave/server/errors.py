@@ -85,6 +85,12 @@ def error_middleware(
             elif error.status == 405:
                 message = f"{request.method} is not allowed on {request.path}"
             return ApiError(error.status, code, message, headers=_allow(error)).response()
+        except psycopg.DataError as error:
+            # Values that passed validation but not PostgreSQL's own types: the
+            # client's data, so a 422 naming the problem, never a 500.
+            message = error.diag.message_primary or str(error).splitlines()[0]
+            rejected = ApiError(422, "rejected", f"the database rejected this data: {message}")
+            return rejected.response()
         except (psycopg.OperationalError, psycopg_pool.PoolTimeout, OSError) as error:
             log.warning(
                 "database unavailable during %s %s: %s", request.method, request.path, error

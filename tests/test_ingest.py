@@ -413,3 +413,25 @@ async def test_values_postgresql_refuses_are_a_422_not_a_500(
     )
     assert status == 422, answer
     assert "loop_step_index" in answer["error"]["message"]
+
+
+async def test_offsets_postgresql_cannot_store_are_converted_to_utc(
+    api: Api, project: Project
+) -> None:
+    """ISO 8601 allows offsets up to ±24 h; they are stored as the same instant in UTC."""
+    _, body, _ = await api.post(
+        "/v1/ingest/agent/runs",
+        json={"agent_name": "far", "started_at": "2026-11-30T08:00:00+00:00"},
+        headers=project.auth(),
+    )
+    run_id = body["data"]["id"]
+    status, answer, _ = await api.post(
+        f"/v1/ingest/agent/runs/{run_id}/finish",
+        json={"termination_reason": "clean", "ended_at": "2026-11-30T08:00:00-20:40"},
+        headers=project.auth(),
+    )
+    assert status == 200, answer
+    _, run, _ = await api.get(f"/v1/projects/{project.id}/agent/runs/{run_id}",
+                              headers=project.auth("read"))  # fmt: skip
+    assert run["data"]["ended_at"] == "2026-12-01T04:40:00+00:00"
+    assert run["data"]["duration_ms"] == 20 * 3600_000 + 40 * 60_000

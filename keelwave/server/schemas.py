@@ -178,9 +178,15 @@ def payload(raw: Raw) -> str | None:
 
 
 def timestamp(value: datetime | None, default: datetime) -> datetime:
-    """Timestamps without a zone are taken as UTC."""
+    """Timestamps without a zone are taken as UTC; the others are converted to it.
+
+    (ISO 8601 allows offsets up to ±24 hours, PostgreSQL only up to ±16.)
+    """
     if value is None:
         return default
     if value.tzinfo is None:
         return value.replace(tzinfo=UTC)
-    return value
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:  # within hours of year 1 or 9999: let the database say
+        return value

@@ -15,7 +15,7 @@ from keelwave.server.writer import IngestWriter, RowsRejected
 
 def step(project_id: str, run_id: uuid.UUID, index: int, step_type: str = "tool_call") -> tuple:
     return (
-        project_id, run_id, index, step_type, "grep", '{"q": 1}', None, None,
+        uuid.UUID(project_id), run_id, index, step_type, "grep", '{"q": 1}', None, None,
         b"\x01" * 32, datetime.now(UTC), 5.0, None,
     )  # fmt: skip
 

@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import logging
 import time
+import uuid
 from dataclasses import dataclass
 
 import psycopg
@@ -41,6 +42,7 @@ class Principal:
     project_id: str
     project: str
     scope: str
+    project_uuid: uuid.UUID  # project_id as the writer's binary COPY takes it
 
 
 class KeyStore:
@@ -89,7 +91,7 @@ class KeyStore:
             raise _unauthorized("unknown API key")
         if row[4] is not None:
             raise _unauthorized("this API key has been revoked")
-        principal = Principal(row[0], row[1], row[2], row[3])
+        principal = Principal(row[0], row[1], row[2], row[3], uuid.UUID(row[1]))
         if self._ttl > 0:
             self._cache[digest] = (now + self._ttl, principal)
         return principal

@@ -86,7 +86,7 @@ async def start_run(request: web.Request) -> web.Response:
         ids.append(str(run_id))
         rows.append(
             (
-                principal.project_id,
+                principal.project_uuid,
                 run_id,
                 run.agent_name,
                 run.parent_run_id,
@@ -175,7 +175,7 @@ async def ingest_steps(request: web.Request) -> web.Response:
         seen.add(identity)
         rows.append(
             (
-                principal.project_id,
+                principal.project_uuid,
                 step.run_id,
                 step.step_index,
                 step.step_type,
@@ -208,7 +208,7 @@ async def ingest_model_calls(request: web.Request) -> web.Response:
         ids.append(str(call_id))
         rows.append(
             (
-                principal.project_id,
+                principal.project_uuid,
                 call_id,
                 call.run_id,
                 call.step_index,

@@ -247,7 +247,8 @@ class _Lane:
         the rollup merges and COMMIT go together in one pipeline. Larger
         flushes COPY their rows between a pipeline that begins and locks and
         one that does the rest: COPY costs two round trips, but far less
-        CPU per row on both sides.
+        CPU per row on both sides. Many steps skip staging altogether
+        (:meth:`_new_steps`): PostgreSQL then writes each step once.
         """
         conn = await self._connection()
         parts = [
@@ -256,28 +257,49 @@ class _Lane:
         ]
         parts = [part for part in parts if part[3]]
         copied = {stage for stage, _, _, rows in parts if len(rows) > PIPELINED_ROWS}
+        steps = next((rows for stage, *_, rows in parts if stage == "kw_stage_steps"), [])
+        ranges = _step_ranges(steps) if "kw_stage_steps" in copied else None
         staged = sum(len(rows) for *_, rows in parts)
         truncate = self._staged_since_truncate + staged > TRUNCATE_STAGES_AFTER_ROWS
         self._staged_since_truncate += staged
         try:
-            async with conn.cursor() as cur:
+            async with conn.cursor() as cur, conn.cursor() as stored, conn.cursor() as finished:
                 async with conn.pipeline():
                     await cur.execute("BEGIN")
                     await writes.lock_runs(cur, _runs_touched(batch))
+                    if ranges:
+                        await stored.execute(writes.STORED_STEPS, ranges)
+                        await finished.execute(writes.ANY_RUN_FINISHED, ranges)
                     if not copied:
                         await _move_in(cur, parts, copied, truncate)
-                if copied:
-                    for stage, columns, _, rows in parts:
-                        if stage in copied:
-                            async with cur.copy(writes.copy_sql(stage, columns)) as copy:
-                                for seq, row in enumerate(rows):
-                                    await copy.write_row((seq, *row))
-                    async with conn.pipeline():
-                        await _move_in(cur, parts, copied, truncate)
+                if not copied:
+                    self._committed(truncate)
+                    return
+                direct = None
+                if ranges and not (await finished.fetchone())[0]:
+                    direct = _new_steps(steps, await stored.fetchall())
+                    parts = [part for part in parts if part[0] != "kw_stage_steps"]
+                    async with cur.copy(writes.copy_into_steps_sql()) as copy:
+                        copy.set_types([kind for _, kind in writes.STEP_COLUMNS])
+                        for row in direct[0]:
+                            await copy.write_row(row)
+                for stage, columns, _, rows in parts:
+                    if stage in copied:
+                        async with cur.copy(writes.copy_sql(stage, columns)) as copy:
+                            copy.set_types(writes.copy_types(columns))
+                            for seq, row in enumerate(rows):
+                                await copy.write_row((seq, *row))
+                async with conn.pipeline():
+                    if direct is not None:
+                        await cur.execute(writes.STEPS_COPIED, direct[1])
+                    await _move_in(cur, parts, copied, truncate)
+                self._committed(truncate)
         except BaseException:
             await self._roll_back()
             raise
-        if truncate:
+
+    def _committed(self, truncated: bool) -> None:
+        if truncated:
             self._staged_since_truncate = 0
 
     async def _roll_back(self) -> None:
@@ -352,6 +374,47 @@ async def _move_in(
         if has_steps:
             await cur.execute("DELETE FROM kw_stage_tools")
     await cur.execute("COMMIT")
+
+
+def _step_ranges(steps: list[tuple]) -> dict[str, list]:
+    """Per (project, run), the lowest and highest step_index in ``steps``: what to probe."""
+    ranges: dict[tuple, list[int]] = {}
+    for row in steps:
+        index = row[2]
+        bounds = ranges.get((row[0], row[1]))
+        if bounds is None:
+            ranges[(row[0], row[1])] = [index, index]
+        elif index < bounds[0]:
+            bounds[0] = index
+        elif index > bounds[1]:
+            bounds[1] = index
+    return {
+        "projects": [project for project, _ in ranges],
+        "runs": [run for _, run in ranges],
+        "low": [low for low, _ in ranges.values()],
+        "high": [high for _, high in ranges.values()],
+    }
+
+
+def _new_steps(steps: list[tuple], stored: list[tuple]) -> tuple[list[tuple], dict[str, list]]:
+    """The steps not stored yet, each (project, run, step_index) once, first one wins
+    (as INSERT_STEPS decides); and how many each run gets, for STEPS_COPIED."""
+    seen = set(stored)
+    fresh = []
+    counts: dict[tuple, int] = {}
+    for row in steps:
+        key = (row[0], row[1], row[2])
+        if key in seen:
+            continue
+        seen.add(key)
+        fresh.append(row)
+        run = (row[0], row[1])
+        counts[run] = counts.get(run, 0) + 1
+    return fresh, {
+        "projects": [project for project, _ in counts],
+        "runs": [run for _, run in counts],
+        "counts": list(counts.values()),
+    }
 
 
 def _runs_touched(batch: list[Submission]) -> set:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from datetime import UTC, datetime
 
@@ -78,3 +79,93 @@ async def test_many_small_flushes_store_every_row_once(writer: IngestWriter, db_
         (project.id,),
     )
     assert count == distinct == total
+
+
+@pytest.mark.parametrize("count", [3, writer_module.PIPELINED_ROWS + 6])
+async def test_every_value_is_stored_as_sent(api, project, db_url: str, count: int) -> None:
+    """Runs, steps and model calls, few (one INSERT) or many (COPY, steps straight into
+    agent_steps): JSON payloads stay JSON, and every column holds what was sent."""
+    runs = [
+        {"id": str(uuid.uuid4()), "agent_name": "exact", "started_at": "2026-11-30T08:00:00Z",
+         "input": {"task": f"t{n}", "nested": [1, 2.5, None]}, "metadata": {"n": n},
+         "tags": ["a", f"t{n}"]}
+        for n in range(count)
+    ]  # fmt: skip
+    run_id = runs[0]["id"]
+    steps = [
+        {"run_id": run_id, "step_index": n, "tool_name": "grep", "tool_input": {"q": f"é{n}"},
+         "tool_output": ["x", {"y": n}], "content": "naïve\ttab", "duration_ms": 12,
+         "started_at": "2026-11-30T08:00:01Z", "error": "boom" if n == 1 else None}
+        for n in range(count)
+    ]  # fmt: skip
+    calls = [
+        {"run_id": run_id, "step_index": n, "provider": "openai", "model": "gpt-4o",
+         "input_tokens": 3_000_000_000, "output_tokens": n, "cost_usd": 0.5,
+         "latency_ms": 7, "started_at": "2026-11-30T08:00:02Z"}
+        for n in range(count)
+    ]  # fmt: skip
+    for path, body in (("runs", runs), ("steps", steps), ("ai", calls)):
+        url = f"/v1/ingest/agent/{path}" if path != "ai" else "/v1/ingest/ai"
+        status, answer, _ = await api.post(url, json=body, headers=project.auth())
+        assert status in (200, 201), answer
+
+    stored_runs = query(
+        db_url,
+        "SELECT input::text, metadata::text, tags, step_count, llm_calls FROM agent_runs "
+        "WHERE project_id = %s ORDER BY (metadata->>'n')::int",
+        (project.id,),
+    )
+    assert [(json.loads(i), json.loads(m), t) for i, m, t, *_ in stored_runs] == [
+        (run["input"], run["metadata"], run["tags"]) for run in runs
+    ]
+    assert stored_runs[0][3:] == (count, count)  # the counters saw every step and call
+    stored_steps = query(
+        db_url,
+        "SELECT tool_input::text, tool_output::text, content, duration_ms, error "
+        "FROM agent_steps WHERE project_id = %s ORDER BY step_index",
+        (project.id,),
+    )
+    assert [(json.loads(i), json.loads(o), c, d, e) for i, o, c, d, e in stored_steps] == [
+        (s["tool_input"], s["tool_output"], s["content"], 12.0, s["error"]) for s in steps
+    ]
+    stored_calls = query(
+        db_url,
+        "SELECT input_tokens, output_tokens, cost_usd, latency_ms FROM ai_traces "
+        "WHERE project_id = %s ORDER BY step_index",
+        (project.id,),
+    )
+    assert stored_calls == [(3_000_000_000, n, 0.5, 7.0) for n in range(count)]
+
+
+async def test_many_late_steps_of_a_finished_run_update_its_tool_rollups(
+    api, project, db_url: str
+) -> None:
+    """A large batch for a run that has finished takes the staged path, which moves
+    the run's share of the tool rollups; the direct path is for runs still going."""
+    _, body, _ = await api.post(
+        "/v1/ingest/agent/runs", json={"agent_name": "late"}, headers=project.auth()
+    )
+    run_id = body["data"]["id"]
+
+    def steps(first: int, count: int) -> list[dict]:
+        return [{"run_id": run_id, "step_index": n, "tool_name": "grep", "tool_input": {"q": n}}
+                for n in range(first, first + count)]  # fmt: skip
+
+    big = writer_module.PIPELINED_ROWS + 10
+    await api.post("/v1/ingest/agent/steps", json=steps(0, big), headers=project.auth())
+    await api.post(
+        f"/v1/ingest/agent/runs/{run_id}/finish",
+        json={"termination_reason": "clean"},
+        headers=project.auth(),
+    )
+    await api.post("/v1/ingest/agent/steps", json=steps(big, big), headers=project.auth())
+    await api.post("/v1/ingest/agent/steps", json=steps(big, big), headers=project.auth())  # again
+    [(step_count,)] = query(
+        db_url, "SELECT step_count FROM agent_runs WHERE id = %s", (uuid.UUID(run_id),)
+    )
+    [(calls, runs)] = query(
+        db_url,
+        "SELECT sum(calls), sum(runs) FROM agent_tool_rollups WHERE project_id = %s",
+        (project.id,),
+    )
+    assert (step_count, calls, runs) == (2 * big, 2 * big, 1)

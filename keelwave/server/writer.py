@@ -280,7 +280,7 @@ class _Lane:
                     direct = _new_steps(steps, await stored.fetchall())
                     parts = [part for part in parts if part[0] != "kw_stage_steps"]
                     async with cur.copy(writes.copy_into_steps_sql()) as copy:
-                        copy.set_types([kind for _, kind in writes.STEP_COLUMNS])
+                        copy.set_types(writes.copy_types(writes.STEP_COLUMNS, seq=False))
                         for row in direct[0]:
                             await copy.write_row(row)
                 for stage, columns, _, rows in parts:

@@ -133,8 +133,14 @@ def copy_sql(stage: str, columns: tuple[tuple[str, str], ...]) -> str:
     return f"COPY {stage} (seq, {', '.join(_names(columns))}) FROM STDIN (FORMAT BINARY)"
 
 
-def copy_types(columns: tuple[tuple[str, str], ...]) -> list[str]:
-    return ["int4", *(kind for _, kind in columns)]
+def copy_types(columns: tuple[tuple[str, str], ...], seq: bool = True) -> list[str]:
+    """The types to tell psycopg for a binary COPY of ``columns`` (after seq, if ``seq``).
+
+    JSON arrives as text, and json's binary form is its text: declared as json,
+    psycopg would encode each str as a JSON string instead.
+    """
+    kinds = ["text" if kind == "json" else kind for _, kind in columns]
+    return ["int4", *kinds] if seq else kinds
 
 
 def values_sql(stage: str, columns: tuple[tuple[str, str], ...], rows: int) -> str:

@@ -279,16 +279,13 @@ class _Lane:
                 if ranges and not (await finished.fetchone())[0]:
                     direct = _new_steps(steps, await stored.fetchall())
                     parts = [part for part in parts if part[0] != "kw_stage_steps"]
-                    async with cur.copy(writes.copy_into_steps_sql()) as copy:
-                        copy.set_types(writes.copy_types(writes.STEP_COLUMNS, seq=False))
-                        for row in direct[0]:
-                            await copy.write_row(row)
+                    types = writes.copy_types(writes.STEP_COLUMNS, seq=False)
+                    await _copy(cur, writes.copy_into_steps_sql(), types, direct[0])
                 for stage, columns, _, rows in parts:
                     if stage in copied:
-                        async with cur.copy(writes.copy_sql(stage, columns)) as copy:
-                            copy.set_types(writes.copy_types(columns))
-                            for seq, row in enumerate(rows):
-                                await copy.write_row((seq, *row))
+                        sql, types = writes.copy_sql(stage, columns), writes.copy_types(columns)
+                        numbered = [(seq, *row) for seq, row in enumerate(rows)]
+                        await _copy(cur, sql, types, numbered)
                 async with conn.pipeline():
                     if direct is not None:
                         await cur.execute(writes.STEPS_COPIED, direct[1])
@@ -347,6 +344,17 @@ class _Lane:
             except Exception:  # already broken; nothing to save
                 pass
             self._conn = None
+
+
+async def _copy(cur: psycopg.AsyncCursor, sql: str, types: list[str], rows: list[tuple]) -> None:
+    """COPY ``rows``, formatting them without a coroutine per row (the formatter
+    hands back a buffer's worth at a time; only those writes wait)."""
+    async with cur.copy(sql) as copy:
+        copy.set_types(types)
+        formatter = copy.formatter
+        for row in rows:
+            if data := formatter.write_row(row):
+                await copy.write(data)
 
 
 async def _move_in(

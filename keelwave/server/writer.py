@@ -259,9 +259,6 @@ class _Lane:
         copied = {stage for stage, _, _, rows in parts if len(rows) > PIPELINED_ROWS}
         steps = next((rows for stage, *_, rows in parts if stage == "kw_stage_steps"), [])
         ranges = _step_ranges(steps) if "kw_stage_steps" in copied else None
-        staged = sum(len(rows) for *_, rows in parts)
-        truncate = self._staged_since_truncate + staged > TRUNCATE_STAGES_AFTER_ROWS
-        self._staged_since_truncate += staged
         try:
             async with conn.cursor() as cur, conn.cursor() as stored, conn.cursor() as finished:
                 async with conn.pipeline():
@@ -271,9 +268,8 @@ class _Lane:
                         await stored.execute(writes.STORED_STEPS, ranges)
                         await finished.execute(writes.ANY_RUN_FINISHED, ranges)
                     if not copied:
-                        await _move_in(cur, parts, copied, truncate)
+                        await _move_in(cur, parts, copied, self._truncate_now(parts))
                 if not copied:
-                    self._committed(truncate)
                     return
                 direct = None
                 if ranges and not (await finished.fetchone())[0]:
@@ -289,15 +285,18 @@ class _Lane:
                 async with conn.pipeline():
                     if direct is not None:
                         await cur.execute(writes.STEPS_COPIED, direct[1])
-                    await _move_in(cur, parts, copied, truncate)
-                self._committed(truncate)
+                    await _move_in(cur, parts, copied, self._truncate_now(parts))
         except BaseException:
             await self._roll_back()
             raise
 
-    def _committed(self, truncated: bool) -> None:
-        if truncated:
-            self._staged_since_truncate = 0
+    def _truncate_now(self, parts: list[tuple]) -> bool:
+        """Whether this transaction should TRUNCATE the staging tables it fills with ``parts``."""
+        self._staged_since_truncate += sum(len(rows) for *_, rows in parts)
+        if self._staged_since_truncate <= TRUNCATE_STAGES_AFTER_ROWS:
+            return False
+        self._staged_since_truncate = 0  # (if the transaction fails, a little early)
+        return True
 
     async def _roll_back(self) -> None:
         """End a failed transaction; a connection that cannot is dropped."""

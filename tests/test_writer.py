@@ -16,7 +16,7 @@ from keelwave.server.writer import IngestWriter, RowsRejected
 
 def step(project_id: str, run_id: uuid.UUID, index: int, step_type: str = "tool_call") -> tuple:
     return (
-        uuid.UUID(project_id), run_id, index, step_type, "grep", '{"q": 1}', None, None,
+        uuid.UUID(project_id), run_id, index, step_type, "grep", b'{"q": 1}', None, None,
         b"\x01" * 32, datetime.now(UTC), 5.0, None,
     )  # fmt: skip
 

@@ -29,6 +29,7 @@ from keelwave.server.schemas import (
     clean_text,
     decode,
     payload,
+    payload_bytes,
     timestamp,
 )
 from keelwave.server.writer import DatabaseUnavailable, Overloaded, RowsRejected, WriterClosed
@@ -79,9 +80,9 @@ async def start_run(request: web.Request) -> web.Response:
     now = datetime.now(UTC)
     rows, ids = [], []
     for position, run in enumerate(runs):
-        check_name(run.agent_name, _path(is_array, position, "agent_name"))
+        check_name(run.agent_name, "agent_name", position if is_array else None)
         for number, tag in enumerate(run.tags):
-            check_name(tag, _path(is_array, position, f"tags[{number}]"))
+            check_name(tag, f"tags[{number}]", position if is_array else None)
         run_id = run.id or uuid.uuid4()
         ids.append(str(run_id))
         rows.append(
@@ -91,8 +92,8 @@ async def start_run(request: web.Request) -> web.Response:
                 run.agent_name,
                 run.parent_run_id,
                 timestamp(run.started_at, now),
-                payload(run.input),
-                payload(run.metadata),
+                payload_bytes(run.input),
+                payload_bytes(run.metadata),
                 run.tags,
             )
         )
@@ -161,7 +162,7 @@ async def ingest_steps(request: web.Request) -> web.Response:
     seen: set[tuple[uuid.UUID, int]] = set()
     rows = []
     for position, step in enumerate(steps):
-        check_name(step.tool_name, _path(is_array, position, "tool_name"))
+        check_name(step.tool_name, "tool_name", position if is_array else None)
         identity = (step.run_id, step.step_index)
         if identity in seen:
             field = _path(is_array, position, "step_index")
@@ -180,8 +181,8 @@ async def ingest_steps(request: web.Request) -> web.Response:
                 step.step_index,
                 step.step_type,
                 step.tool_name,
-                payload(step.tool_input),
-                payload(step.tool_output),
+                payload_bytes(step.tool_input),
+                payload_bytes(step.tool_output),
                 clean_text(step.content),
                 fingerprint(step.tool_name, step.tool_input),
                 timestamp(step.started_at, now),
@@ -202,8 +203,8 @@ async def ingest_model_calls(request: web.Request) -> web.Response:
     rows = []
     ids = []
     for position, call in enumerate(calls):
-        check_name(call.provider, _path(is_array, position, "provider"))
-        check_name(call.model, _path(is_array, position, "model"))
+        check_name(call.provider, "provider", position if is_array else None)
+        check_name(call.model, "model", position if is_array else None)
         call_id = call.id or uuid.uuid4()
         ids.append(str(call_id))
         rows.append(

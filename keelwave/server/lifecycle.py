@@ -52,7 +52,7 @@ async def finish_runs(
     found: set[uuid.UUID] = set()
     newly_finished: list[uuid.UUID] = []
     async with pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
-        await writes.lock_runs(cur, {run_id for run_id, _ in finishes})
+        await writes.lock_runs(cur, {run_id.int for run_id, _ in finishes})
         for round_ in _rounds(finishes):
             await cur.execute(writes.FINISH_RUNS, _columns(project_id, round_))
             for run_id, was_unfinished in await cur.fetchall():
@@ -114,7 +114,7 @@ async def time_out_idle_runs(
         if not idle:
             return 0
         async with conn.transaction(), conn.cursor() as cur:
-            await writes.lock_runs(cur, {run_id for _, run_id in idle})
+            await writes.lock_runs(cur, {run_id.int for _, run_id in idle})
             # Runs that woke up meanwhile, or that another server timed out, are skipped.
             await cur.execute(
                 writes.TIME_OUT_RUNS,

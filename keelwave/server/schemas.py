@@ -156,11 +156,16 @@ def _validation_error(text: str) -> ApiError:
     return ApiError(422, "validation_error", f"{field}: {message}" if field else message, field)
 
 
-def check_name(value: str | None, field: str) -> None:
+def check_name(value: str | None, field: str, position: int | None = None) -> None:
     """Identifiers must not contain NUL: PostgreSQL text cannot hold it, and a
-    tool name with a zero byte would blur the fingerprint's name/input boundary."""
+    tool name with a zero byte would blur the fingerprint's name/input boundary.
+
+    ``position`` is the element's index when the body was an array; the field's
+    path is only put together for the error (this runs for every element).
+    """
     if value is not None and "\x00" in value:
-        raise ApiError(422, "validation_error", f"{field}: must not contain NUL characters", field)
+        path = field if position is None else f"[{position}].{field}"
+        raise ApiError(422, "validation_error", f"{path}: must not contain NUL characters", path)
 
 
 def clean_text(value: str | None) -> str | None:
@@ -175,6 +180,12 @@ def payload(raw: Raw) -> str | None:
     if not raw:
         return None
     return bytes(raw).decode("utf-8")
+
+
+def payload_bytes(raw: Raw) -> bytes | None:
+    """A payload field's bytes as sent (UTF-8 JSON), for the ingest writer; None when
+    it was not sent. The writer passes them to PostgreSQL without decoding them."""
+    return bytes(raw) if raw else None
 
 
 def timestamp(value: datetime | None, default: datetime) -> datetime:

@@ -384,54 +384,55 @@ async def _move_in(
 
 
 def _step_ranges(steps: list[tuple]) -> dict[str, list]:
-    """Per (project, run), the lowest and highest step_index in ``steps``: what to probe."""
-    ranges: dict[tuple, list[int]] = {}
+    """Per (project, run), the lowest and highest step_index in ``steps``: what to probe.
+
+    (Keys are UUID.int: a UUID's own hash is computed in Python, for every row.)
+    """
+    ranges: dict[tuple[int, int], list] = {}
     for row in steps:
         index = row[2]
-        bounds = ranges.get((row[0], row[1]))
+        bounds = ranges.get((row[0].int, row[1].int))
         if bounds is None:
-            ranges[(row[0], row[1])] = [index, index]
-        elif index < bounds[0]:
-            bounds[0] = index
-        elif index > bounds[1]:
-            bounds[1] = index
-    return {
-        "projects": [project for project, _ in ranges],
-        "runs": [run for _, run in ranges],
-        "low": [low for low, _ in ranges.values()],
-        "high": [high for _, high in ranges.values()],
-    }
+            ranges[(row[0].int, row[1].int)] = [row[0], row[1], index, index]
+        elif index < bounds[2]:
+            bounds[2] = index
+        elif index > bounds[3]:
+            bounds[3] = index
+    columns = list(zip(*ranges.values(), strict=True))
+    return dict(zip(("projects", "runs", "low", "high"), map(list, columns), strict=True))
 
 
 def _new_steps(steps: list[tuple], stored: list[tuple]) -> tuple[list[tuple], dict[str, list]]:
     """The steps not stored yet, each (project, run, step_index) once, first one wins
     (as INSERT_STEPS decides); and how many each run gets, for STEPS_COPIED."""
-    seen = set(stored)
+    seen = {(project.int, run.int, index) for project, run, index in stored}
     fresh = []
-    counts: dict[tuple, int] = {}
+    counts: dict[tuple[int, int], list] = {}
     for row in steps:
-        key = (row[0], row[1], row[2])
+        project, run = row[0].int, row[1].int
+        key = (project, run, row[2])
         if key in seen:
             continue
         seen.add(key)
         fresh.append(row)
-        run = (row[0], row[1])
-        counts[run] = counts.get(run, 0) + 1
-    return fresh, {
-        "projects": [project for project, _ in counts],
-        "runs": [run for _, run in counts],
-        "counts": list(counts.values()),
-    }
+        count = counts.get((project, run))
+        if count is None:
+            counts[(project, run)] = [row[0], row[1], 1]
+        else:
+            count[2] += 1
+    columns = list(zip(*counts.values(), strict=True)) or [(), (), ()]
+    return fresh, dict(zip(("projects", "runs", "counts"), map(list, columns), strict=True))
 
 
-def _runs_touched(batch: list[Submission]) -> set:
-    """Every run the batch touches; a model call without a run stands for its own id."""
-    ids: set = set()
+def _runs_touched(batch: list[Submission]) -> set[int]:
+    """Every run the batch touches, as UUID.int; a model call without a run stands for
+    its own id."""
+    ids: set[int] = set()
     for submission in batch:
         runs, steps, traces = submission.rows
-        ids.update(row[1] for row in runs)  # run id
-        ids.update(row[1] for row in steps)  # the step's run id
-        ids.update(row[2] or row[1] for row in traces)  # the call's run id, else its id
+        ids.update(row[1].int for row in runs)  # run id
+        ids.update(row[1].int for row in steps)  # the step's run id
+        ids.update((row[2] or row[1]).int for row in traces)  # the call's run id, else its id
     return ids
 
 

@@ -23,8 +23,6 @@ rollups (tool_rollups.py) are staged in ``kw_stage_durations`` and
 
 from __future__ import annotations
 
-import uuid
-
 import psycopg
 
 from keelwave.server import tool_rollups
@@ -95,8 +93,8 @@ def staging_ddl(stages: tuple, emptied_at_commit: bool) -> list[str]:
     ]
 
 
-async def lock_runs(cur: psycopg.AsyncCursor, run_ids: set[uuid.UUID]) -> None:
-    """Take the locks of rule 1 for these runs.
+async def lock_runs(cur: psycopg.AsyncCursor, run_ids: set[int]) -> None:
+    """Take the locks of rule 1 for these runs (given as UUID.int).
 
     Two levels, so that small transactions only wait for transactions that
     touch the same runs, and a large one holds a bounded number of locks: a
@@ -105,12 +103,12 @@ async def lock_runs(cur: psycopg.AsyncCursor, run_ids: set[uuid.UUID]) -> None:
     exclusively. Every transaction takes group locks before run locks, each
     in ascending order, so no two of them can wait on each other in a cycle.
     """
-    groups = sorted({run_id.int % LOCK_GROUPS for run_id in run_ids})
+    groups = sorted({run_id % LOCK_GROUPS for run_id in run_ids})
     if len(run_ids) > FINE_LOCKS_UP_TO:
         await cur.execute(_LOCK, (GROUP_LOCKS, groups))
         return
     # Signed 32-bit keys; two runs sharing a key only wait for each other needlessly.
-    keys = sorted({(run_id.int & 0xFFFFFFFF) - 0x80000000 for run_id in run_ids})
+    keys = sorted({(run_id & 0xFFFFFFFF) - 0x80000000 for run_id in run_ids})
     await cur.execute(_LOCK_SHARED_THEN_RUNS, (RUN_LOCKS, keys, GROUP_LOCKS, groups))
 
 
@@ -136,16 +134,20 @@ def copy_sql(stage: str, columns: tuple[tuple[str, str], ...]) -> str:
 def copy_types(columns: tuple[tuple[str, str], ...], seq: bool = True) -> list[str]:
     """The types to tell psycopg for a binary COPY of ``columns`` (after seq, if ``seq``).
 
-    JSON arrives as text, and json's binary form is its text: declared as json,
-    psycopg would encode each str as a JSON string instead.
+    JSON payloads arrive as the bytes the client sent, and json's binary form
+    is its UTF-8 text: they go as they are, declared bytea (PostgreSQL's json
+    input still parses and checks them).
     """
-    kinds = ["text" if kind == "json" else kind for _, kind in columns]
+    kinds = ["bytea" if kind == "json" else kind for _, kind in columns]
     return ["int4", *kinds] if seq else kinds
 
 
 def values_sql(stage: str, columns: tuple[tuple[str, str], ...], rows: int) -> str:
     """An INSERT of ``rows`` rows into ``stage``: what a few rows take instead of COPY."""
-    row = f"({', '.join(['%s'] * (len(columns) + 1))})"
+    placeholders = [
+        "convert_from(%s::bytea, 'UTF8')::json" if kind == "json" else "%s" for _, kind in columns
+    ]
+    row = f"(%s, {', '.join(placeholders)})"
     names = ", ".join(_names(columns))
     return f"INSERT INTO {stage} (seq, {names}) VALUES {', '.join([row] * rows)}"
 

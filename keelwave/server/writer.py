@@ -361,10 +361,11 @@ async def _move_in(
 ) -> None:
     """Stage the rows not COPYed, move every stage into its table, merge the rollups,
     empty the staging tables (see TRUNCATE_STAGES_AFTER_ROWS), commit."""
+    raw = psycopg.AsyncRawCursor(cur.connection)
     for stage, columns, statement, rows in parts:
         if stage not in copied:
             values = [value for seq, row in enumerate(rows) for value in (seq, *row)]
-            await cur.execute(writes.values_sql(stage, columns, len(rows)), values)
+            await raw.execute(writes.values_sql(stage, columns, len(rows)), values)
         await cur.execute(statement)
     # The writer stages run rollups, and tool rollups for late steps; run-duration
     # histograms change only when runs finish (lifecycle.py).

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 log = logging.getLogger("keelwave")
 
 MAX_BATCH = 500  # steps or model calls in one request
+MAX_ROUND = 16 * MAX_BATCH  # events taken from the queue for one round of requests
 IN_FLIGHT = 4  # requests sent at once, each on its own connection
 
 
@@ -188,7 +189,7 @@ class Transport:
         acknowledged, so a finish never overtakes its run's start.
         """
         with self._idle:
-            taken = [self._queue.popleft() for _ in range(min(len(self._queue), 4 * MAX_BATCH))]
+            taken = [self._queue.popleft() for _ in range(min(len(self._queue), MAX_ROUND))]
             self._sending = len(taken)
         by_kind: dict[str, list[Event]] = {"run": [], "step": [], "ai": [], "finish": []}
         for event in taken:

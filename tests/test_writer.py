@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 import pytest
 from conftest import make_project, query
 
-from keelwave.server import writer as writer_module
+from keelwave.server import lane as lane_module
 from keelwave.server.writer import IngestWriter, RowsRejected
 
 
@@ -29,7 +29,7 @@ async def writer(db_url: str):
     await writer.close()
 
 
-@pytest.mark.parametrize("rows_per_request", [1, writer_module.PIPELINED_ROWS + 1])
+@pytest.mark.parametrize("rows_per_request", [1, lane_module.PIPELINED_ROWS + 1])
 async def test_rows_the_database_rejects_fail_only_their_request(
     writer: IngestWriter, db_url: str, rows_per_request: int
 ) -> None:
@@ -68,7 +68,7 @@ async def test_many_small_flushes_store_every_row_once(writer: IngestWriter, db_
     or repeated either side of it, retries included."""
     project = make_project(db_url)
     run_id = uuid.uuid4()
-    total = writer_module.TRUNCATE_STAGES_AFTER_ROWS * 2 + 37
+    total = lane_module.TRUNCATE_STAGES_AFTER_ROWS * 2 + 37
     for first in range(0, total, 50):
         rows = [step(project.id, run_id, i) for i in range(first, min(first + 50, total))]
         await writer.write(steps=rows)
@@ -81,7 +81,7 @@ async def test_many_small_flushes_store_every_row_once(writer: IngestWriter, db_
     assert count == distinct == total
 
 
-@pytest.mark.parametrize("count", [3, writer_module.PIPELINED_ROWS + 6])
+@pytest.mark.parametrize("count", [3, lane_module.PIPELINED_ROWS + 6])
 async def test_every_value_is_stored_as_sent(api, project, db_url: str, count: int) -> None:
     """Runs, steps and model calls, few (one INSERT) or many (COPY, steps straight into
     agent_steps): JSON payloads stay JSON, and every column holds what was sent."""
@@ -151,7 +151,7 @@ async def test_many_late_steps_of_a_finished_run_update_its_tool_rollups(
         return [{"run_id": run_id, "step_index": n, "tool_name": "grep", "tool_input": {"q": n}}
                 for n in range(first, first + count)]  # fmt: skip
 
-    big = writer_module.PIPELINED_ROWS + 10
+    big = lane_module.PIPELINED_ROWS + 10
     await api.post("/v1/ingest/agent/steps", json=steps(0, big), headers=project.auth())
     await api.post(
         f"/v1/ingest/agent/runs/{run_id}/finish",

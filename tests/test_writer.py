@@ -169,3 +169,26 @@ async def test_many_late_steps_of_a_finished_run_update_its_tool_rollups(
         (project.id,),
     )
     assert (step_count, calls, runs) == (2 * big, 2 * big, 1)
+
+
+async def test_a_run_and_many_of_its_steps_in_one_flush_count_each_step_once(
+    writer: IngestWriter, db_url: str
+) -> None:
+    """Steps COPYed straight into agent_steps before their run row exists: the run,
+    inserted in the same transaction, counts them, and nothing counts them twice."""
+    project = make_project(db_url)
+    run_id = uuid.uuid4()
+    count = lane_module.PIPELINED_ROWS + 20
+    run = (uuid.UUID(project.id), run_id, "same-flush", None, datetime.now(UTC), None, None, [])
+    await asyncio.gather(
+        writer.write(steps=[step(project.id, run_id, i) for i in range(count)]),
+        writer.write(runs=[run]),
+        writer.write(steps=[step(project.id, run_id, i) for i in range(count // 2)]),  # retried
+    )
+    [(step_count,)] = query(db_url, "SELECT step_count FROM agent_runs WHERE id = %s", (run_id,))
+    [(rollup_runs, rollup_steps)] = query(
+        db_url,
+        "SELECT sum(runs), sum(steps) FROM agent_run_rollups WHERE project_id = %s",
+        (project.id,),
+    )
+    assert (step_count, rollup_runs, rollup_steps) == (count, 1, count)

@@ -52,11 +52,13 @@ class Settings(BaseSettings):
         ge=1,
         description="Most rows written in one group-commit transaction.",
     )
-    writer_lanes: int = Field(
-        default=2,
+    writer_lanes: int | None = Field(
+        default=None,
         ge=1,
         le=16,
-        description="Connections committing ingest batches in parallel (per server process).",
+        description="Connections per server process committing ingest batches in parallel. "
+        "Default: 2 for a single process, 1 each when several share the machine (more "
+        "writers than cores only add contention).",
     )
     buffer_max_rows: int = Field(
         default=200_000,

@@ -92,6 +92,8 @@ def serve(
         except PriceTableError as error:
             fail(str(error))
         count = settings.workers or os.cpu_count() or 1
+        if settings.writer_lanes is None:
+            settings = settings.model_copy(update={"writer_lanes": 2 if count == 1 else 1})
         if count > 1 and settings.port == 0:
             # Every process must bind the same port: choose it now.
             settings = settings.model_copy(update={"port": workers_mod.free_port(settings.host)})

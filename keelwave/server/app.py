@@ -98,7 +98,7 @@ async def _database(app: web.Application) -> AsyncIterator[None]:
         settings.flush_max_rows,
         settings.buffer_max_rows,
         connect_timeout,
-        lanes=settings.writer_lanes,
+        lanes=settings.writer_lanes or 2,
         metrics=app[appkeys.METRICS],
     )
     writer.start()

@@ -29,7 +29,7 @@ from keelwave.cli.common import (
 )
 from keelwave.db import keys as key_store
 from keelwave.db import migrate as migrations
-from keelwave.server.app import create_app
+from keelwave.server.app import create_app, tune_garbage_collector
 from keelwave.server.pricing import PriceTable, PriceTableError
 from keelwave.settings import Settings
 
@@ -122,6 +122,7 @@ async def _serve(
     app = create_app(settings, conninfo, prices)
     runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=30)
     await runner.setup()
+    tune_garbage_collector()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):

@@ -24,7 +24,7 @@ from typing import Any
 
 from aiohttp import web
 
-from keelwave.server.app import create_app
+from keelwave.server.app import create_app, tune_garbage_collector
 from keelwave.server.pricing import PriceTable
 from keelwave.settings import Settings
 
@@ -74,6 +74,7 @@ async def _serve(settings: Settings, conninfo: str, parent_pid: int) -> None:
     app = create_app(settings, conninfo, PriceTable.load(settings.prices_file))
     runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=30)
     await runner.setup()
+    tune_garbage_collector()
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):

@@ -13,10 +13,13 @@ import logging
 
 import psycopg
 from psycopg import pq
+from psycopg.adapt import PyFormat
 
 from keelwave.server import writes
 
 log = logging.getLogger("keelwave.writer")
+
+BINARY = PyFormat.BINARY
 
 Rows = tuple[list[tuple], list[tuple], list[tuple]]  # runs, steps, model calls of a request
 
@@ -143,6 +146,11 @@ class Lane:
                 await conn.execute(f"SET {setting} = off")
             for statement in writes.staging_ddl(WRITER_STAGES, emptied_at_commit=False):
                 await conn.execute(statement)
+            # Binary COPY picks each column's dumper by type OID, and for bytea that is
+            # psycopg's DB-API `Binary` dumper, written in Python. Registering the
+            # (C) dumper of bytes again makes it the one for bytea: COPY formatting
+            # takes half the time.
+            conn.adapters.register_dumper(bytes, psycopg.adapters.get_dumper(bytes, BINARY))
             self._conn = conn
             self._staged_since_truncate = 0
         return self._conn

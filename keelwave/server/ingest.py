@@ -29,7 +29,7 @@ from keelwave.server.schemas import (
     clean_text,
     decode,
     payload,
-    payload_bytes,
+    payload_as_sent,
     timestamp,
 )
 from keelwave.server.writer import DatabaseUnavailable, Overloaded, RowsRejected, WriterClosed
@@ -92,8 +92,8 @@ async def start_run(request: web.Request) -> web.Response:
                 run.agent_name,
                 run.parent_run_id,
                 timestamp(run.started_at, now),
-                payload_bytes(run.input),
-                payload_bytes(run.metadata),
+                payload_as_sent(run.input),
+                payload_as_sent(run.metadata),
                 run.tags,
             )
         )
@@ -181,8 +181,8 @@ async def ingest_steps(request: web.Request) -> web.Response:
                 step.step_index,
                 step.step_type,
                 step.tool_name,
-                payload_bytes(step.tool_input),
-                payload_bytes(step.tool_output),
+                payload_as_sent(step.tool_input),
+                payload_as_sent(step.tool_output),
                 clean_text(step.content),
                 fingerprint(step.tool_name, step.tool_input),
                 timestamp(step.started_at, now),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 
+import msgspec
 import psycopg
 from psycopg import pq
 from psycopg.adapt import PyFormat
@@ -149,8 +150,11 @@ class Lane:
             # Binary COPY picks each column's dumper by type OID, and for bytea that is
             # psycopg's DB-API `Binary` dumper, written in Python. Registering the
             # (C) dumper of bytes again makes it the one for bytea: COPY formatting
-            # takes half the time.
-            conn.adapters.register_dumper(bytes, psycopg.adapters.get_dumper(bytes, BINARY))
+            # takes half the time. JSON payloads arrive as msgspec.Raw views of the
+            # request body; the same dumper sends them as they are.
+            bytes_dumper = psycopg.adapters.get_dumper(bytes, BINARY)
+            conn.adapters.register_dumper(bytes, bytes_dumper)
+            conn.adapters.register_dumper(msgspec.Raw, bytes_dumper)
             self._conn = conn
             self._staged_since_truncate = 0
         return self._conn

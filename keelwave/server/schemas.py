@@ -182,10 +182,11 @@ def payload(raw: Raw) -> str | None:
     return bytes(raw).decode("utf-8")
 
 
-def payload_bytes(raw: Raw) -> bytes | None:
-    """A payload field's bytes as sent (UTF-8 JSON), for the ingest writer; None when
-    it was not sent. The writer passes them to PostgreSQL without decoding them."""
-    return bytes(raw) if raw else None
+def payload_as_sent(raw: Raw) -> Raw | None:
+    """A payload field as the bytes the client sent (UTF-8 JSON, a view into the
+    request body), for the ingest writer; None when it was not sent. The writer
+    hands them to PostgreSQL without decoding or copying them."""
+    return raw if raw else None
 
 
 def timestamp(value: datetime | None, default: datetime) -> datetime:

@@ -65,12 +65,20 @@ def floor_hour(moment: datetime) -> datetime:
     return _floor(moment, HOUR)
 
 
-def _whole_hours(window: Window) -> tuple[datetime, datetime]:
-    """The whole hours inside ``window`` (an empty range at its end if there are none)."""
+def _range_args(project_id: str, window: Window, whole_hours: bool = True) -> dict[str, Any]:
+    """Query parameters for ``window``: project, since, until, and full_from/full_to,
+    the whole hours inside it that rollups answer for (an empty range at its end if
+    there are none, or if not ``whole_hours``); the edges are read from runs."""
     full_from, full_to = _ceil(window.since, HOUR), _floor(window.until, HOUR)
-    if full_from >= full_to:
-        return window.until, window.until
-    return full_from, full_to
+    if full_from >= full_to or not whole_hours:
+        full_from = full_to = window.until
+    return {
+        "project": project_id,
+        "since": window.since,
+        "until": window.until,
+        "full_from": full_from,
+        "full_to": full_to,
+    }
 
 
 async def window_counters(
@@ -87,9 +95,6 @@ async def window_counters(
     a bucket is not a whole number of hours the rollups cannot be split into
     it, and agent_runs is read for the whole window.
     """
-    full_from, full_to = _whole_hours(window)
-    if bucket is not None and bucket % HOUR:
-        full_from = full_to = window.until  # buckets that cut hours: no rollups
     agent_filter = "AND agent_name = %(agent)s" if agent_name else ""
     counters = ", ".join(ROLLUP_COUNTERS)
     from_runs = ", ".join(f"{expr} AS {name}" for name, expr in _FROM_RUN.items())
@@ -115,11 +120,8 @@ async def window_counters(
     FROM parts {group_by}
     """
     args = {
-        "project": project_id,
-        "since": window.since,
-        "until": window.until,
-        "full_from": full_from,
-        "full_to": full_to,
+        # Buckets that cut hours cannot be made of hourly rollups.
+        **_range_args(project_id, window, whole_hours=not (bucket and bucket % HOUR)),
         "agent": agent_name,
         "size": int(bucket.total_seconds()) if bucket else 3600,
     }
@@ -181,14 +183,7 @@ async def duration_percentiles(
     sort of them all), from the histograms above.
     """
     key = "agent_name" if per_agent else "NULL::text"
-    full_from, full_to = _whole_hours(window)
-    args = {
-        "project": project_id,
-        "since": window.since,
-        "until": window.until,
-        "full_from": full_from,
-        "full_to": full_to,
-    }
+    args = _range_args(project_id, window)
     if finished_runs <= request.app[appkeys.SETTINGS].exact_percentiles_up_to:
         rows = await (await conn.execute(_EXACT_PERCENTILES.format(key=key), args)).fetchall()
         return {name: (p50, p95) for name, p50, p95 in rows}

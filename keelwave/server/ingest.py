@@ -159,11 +159,11 @@ async def ingest_steps(request: web.Request) -> web.Response:
     principal = await request.app[appkeys.KEYSTORE].authenticate(request, INGEST)
     steps, is_array = _as_list(decode(await _body(request), Step | list[Step]))
     now = datetime.now(UTC)
-    seen: set[tuple[uuid.UUID, int]] = set()
+    seen: set[tuple[int, int]] = set()  # (run id as UUID.int: hashed in C, step_index)
     rows = []
     for position, step in enumerate(steps):
         check_name(step.tool_name, "tool_name", position if is_array else None)
-        identity = (step.run_id, step.step_index)
+        identity = (step.run_id.int, step.step_index)
         if identity in seen:
             field = _path(is_array, position, "step_index")
             raise ApiError(

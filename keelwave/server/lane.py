@@ -91,7 +91,7 @@ class Lane:
                     direct = _new_steps(steps, await stored.fetchall())
                     parts = [part for part in parts if part[0] != "kw_stage_steps"]
                     types = writes.copy_types(writes.STEP_COLUMNS, seq=False)
-                    await _copy(cur, writes.copy_into_steps_sql(), types, direct[0])
+                    await _copy(cur, writes.COPY_INTO_STEPS, types, direct[0])
                 for stage, columns, _, rows in parts:
                     if stage in copied:
                         sql, types = writes.copy_sql(stage, columns), writes.copy_types(columns)
@@ -168,7 +168,9 @@ class Lane:
             self._conn = None
 
 
-async def _copy(cur: psycopg.AsyncCursor, sql: str, types: list[str], rows: list[tuple]) -> None:
+async def _copy(
+    cur: psycopg.AsyncCursor, sql: str, types: tuple[str, ...], rows: list[tuple]
+) -> None:
     """COPY ``rows``, formatting them without a coroutine per row (the formatter
     hands back a buffer's worth at a time; only those writes wait)."""
     async with cur.copy(sql) as copy:

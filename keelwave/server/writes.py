@@ -9,8 +9,8 @@ writer's group commit, a finish, or the reaper timing runs out:
    duplicate checks and counter updates see each other's rows.
 2. It updates run rows before rollup rows.
 3. It changes rollup rows in one statement per rollup table, in key order,
-   run rollups, then duration rollups, then tool rollups, so two transactions can never wait on
-   each other's rollup rows.
+   run rollups, then duration rollups, then tool rollups, so two transactions
+   can never wait on each other's rollup rows.
 
 Counters on a run (steps, model calls, tokens, cost, last activity) are kept
 current as rows arrive. Rollups add up runs by (project, agent, hour the run
@@ -85,7 +85,7 @@ def staging_ddl(stages: tuple, emptied_at_commit: bool) -> list[str]:
     ``emptied_at_commit`` makes PostgreSQL empty them at every commit that
     used temp tables; that truncation costs a few hundred microseconds per
     table, so the ingest writer, which commits hundreds of times a second,
-    empties them itself (writer.py).
+    empties them itself (lane.py).
     """
     on_commit = " ON COMMIT DELETE ROWS" if emptied_at_commit else ""
     return [
@@ -128,20 +128,22 @@ def _names(columns: tuple[tuple[str, str], ...]) -> tuple[str, ...]:
     return tuple(name for name, _ in columns)
 
 
+@functools.cache
 def copy_sql(stage: str, columns: tuple[tuple[str, str], ...]) -> str:
     """COPY into ``stage`` in binary; rows are (seq, *columns), typed by :func:`copy_types`."""
     return f"COPY {stage} (seq, {', '.join(_names(columns))}) FROM STDIN (FORMAT BINARY)"
 
 
-def copy_types(columns: tuple[tuple[str, str], ...], seq: bool = True) -> list[str]:
+@functools.cache
+def copy_types(columns: tuple[tuple[str, str], ...], seq: bool = True) -> tuple[str, ...]:
     """The types to tell psycopg for a binary COPY of ``columns`` (after seq, if ``seq``).
 
     JSON payloads arrive as the bytes the client sent, and json's binary form
     is its UTF-8 text: they go as they are, declared bytea (PostgreSQL's json
     input still parses and checks them).
     """
-    kinds = ["bytea" if kind == "json" else kind for _, kind in columns]
-    return ["int4", *kinds] if seq else kinds
+    kinds = tuple("bytea" if kind == "json" else kind for _, kind in columns)
+    return ("int4", *kinds) if seq else kinds
 
 
 @functools.lru_cache(maxsize=256)
@@ -213,6 +215,19 @@ _LATE_STEPS_NOW = f"""(
            i.input_fingerprint, i.duration_ms, i.error, 1
     FROM inserted i JOIN late ON late.project_id = i.project_id AND late.id = i.run_id
 )"""
+# Given ``per_run`` (project_id, run_id, steps): bump each run's step count and
+# activity (``updated``), and, as the statement's last part, its rollup's steps.
+_RUNS_GOT_STEPS = """updated AS (
+    UPDATE agent_runs r
+    SET step_count = r.step_count + p.steps, last_activity_at = greatest(r.last_activity_at, now())
+    FROM per_run p WHERE r.project_id = p.project_id AND r.id = p.run_id
+    RETURNING r.project_id, r.id, r.agent_name, r.started_at, p.steps,
+              r.ended_at IS NOT NULL AS done
+)"""
+_STAGE_STEP_ROLLUPS = f"""
+INSERT INTO kw_stage_rollups (project_id, agent_name, bucket, steps)
+SELECT project_id, agent_name, {_HOUR.format("started_at")}, steps FROM updated
+"""
 INSERT_STEPS = f"""
 WITH inserted AS (
     INSERT INTO agent_steps ({_cols(_names(STEP_COLUMNS))})
@@ -224,13 +239,7 @@ WITH inserted AS (
     RETURNING project_id, run_id, step_index, tool_name, input_fingerprint, duration_ms, error
 ), per_run AS (
     SELECT project_id, run_id, count(*) AS steps FROM inserted GROUP BY project_id, run_id
-), updated AS (
-    UPDATE agent_runs r
-    SET step_count = r.step_count + p.steps, last_activity_at = greatest(r.last_activity_at, now())
-    FROM per_run p WHERE r.project_id = p.project_id AND r.id = p.run_id
-    RETURNING r.project_id, r.id, r.agent_name, r.started_at, p.steps,
-              r.ended_at IS NOT NULL AS done
-), late AS (
+), {_RUNS_GOT_STEPS}, late AS (
     SELECT project_id, id, started_at FROM updated WHERE done
 ), late_out AS (
     INSERT INTO kw_stage_tools ({_TOOL_COUNTERS})
@@ -238,12 +247,9 @@ WITH inserted AS (
 ), late_in AS (
     INSERT INTO kw_stage_tools ({_TOOL_COUNTERS})
     {tool_rollups.stats_of_steps(_LATE_STEPS_NOW)}
-)
-INSERT INTO kw_stage_rollups (project_id, agent_name, bucket, steps)
-SELECT project_id, agent_name, {_HOUR.format("started_at")}, steps FROM updated
-"""
+){_STAGE_STEP_ROLLUPS}"""
 
-# Large batches of steps skip staging (writer.py, _Lane._copy_steps_direct):
+# Large batches of steps skip staging (lane.py, Lane.commit):
 # which of them are stored already, per run a range (project_id, run_id, low, high) ...
 STORED_STEPS = """
 SELECT s.project_id, s.run_id, s.step_index
@@ -267,19 +273,8 @@ STEPS_COPIED = f"""
 WITH per_run AS (
     SELECT * FROM unnest(%(projects)s::uuid[], %(runs)s::uuid[], %(counts)s::int[])
         AS p (project_id, run_id, steps)
-), updated AS (
-    UPDATE agent_runs r
-    SET step_count = r.step_count + p.steps, last_activity_at = greatest(r.last_activity_at, now())
-    FROM per_run p WHERE r.project_id = p.project_id AND r.id = p.run_id
-    RETURNING r.project_id, r.agent_name, r.started_at, p.steps
-)
-INSERT INTO kw_stage_rollups (project_id, agent_name, bucket, steps)
-SELECT project_id, agent_name, {_HOUR.format("started_at")}, steps FROM updated
-"""
-
-
-def copy_into_steps_sql() -> str:
-    return f"COPY agent_steps ({', '.join(_names(STEP_COLUMNS))}) FROM STDIN (FORMAT BINARY)"
+), {_RUNS_GOT_STEPS}{_STAGE_STEP_ROLLUPS}"""
+COPY_INTO_STEPS = f"COPY agent_steps ({', '.join(_names(STEP_COLUMNS))}) FROM STDIN (FORMAT BINARY)"
 
 
 # New model calls: skip ids already stored; add calls, tokens and cost to their run.

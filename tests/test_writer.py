@@ -192,3 +192,26 @@ async def test_a_run_and_many_of_its_steps_in_one_flush_count_each_step_once(
         (project.id,),
     )
     assert (step_count, rollup_runs, rollup_steps) == (count, 1, count)
+
+
+async def test_a_large_batch_sent_again_is_stored_once(writer: IngestWriter, db_url: str) -> None:
+    """A retry of many steps, some of them stored already (the first attempt was
+    committed but its answer lost): COPYing them straight in would store those
+    twice, so the batch goes the staged way, and only the new steps count."""
+    project = make_project(db_url)
+    run_id = uuid.uuid4()
+    count = lane_module.PIPELINED_ROWS + 20
+    run = (uuid.UUID(project.id), run_id, "retried", None, datetime.now(UTC), None, None, [])
+    await writer.write(runs=[run])
+    await writer.write(steps=[step(project.id, run_id, i) for i in range(count)])
+    await writer.write(steps=[step(project.id, run_id, i) for i in range(count // 2, 2 * count)])
+    [(rows, indexes)] = query(
+        db_url,
+        "SELECT count(*), count(DISTINCT step_index) FROM agent_steps WHERE run_id = %s",
+        (run_id,),
+    )
+    [(step_count,)] = query(db_url, "SELECT step_count FROM agent_runs WHERE id = %s", (run_id,))
+    [(rollup_steps,)] = query(
+        db_url, "SELECT sum(steps) FROM agent_run_rollups WHERE project_id = %s", (project.id,)
+    )
+    assert (rows, indexes, step_count, rollup_steps) == (2 * count,) * 4

@@ -3,8 +3,8 @@
 The writer (writer.py) decides what goes together; a lane writes it. Rows are
 staged in session-local temp tables and moved in by the statements of
 writes.py, except large batches of steps, which are COPYed straight into
-agent_steps after a probe for the ones already stored. Round trips are few:
-a small batch is one pipeline; a large one COPYs between two.
+agent_steps. Round trips are few: a small batch is one pipeline; a large one
+is one script (pgscript.py) with a round trip per COPY, plus one.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from psycopg import pq
 from psycopg.adapt import PyFormat
 
 from keelwave.server import writes
+from keelwave.server.pgscript import Script, copy_data, prepare
 
 log = logging.getLogger("keelwave.writer")
 
@@ -32,8 +33,8 @@ STAGES = (
 )
 
 
-# Up to this many rows of a kind, a flush stages them with a multi-row INSERT in
-# its single pipeline; more go by COPY (see Lane.commit).
+# Up to this many rows of each kind, a flush stages them with multi-row INSERTs in
+# a single pipeline; with more of any kind, it is a script of COPYs (Lane.commit).
 PIPELINED_ROWS = 64
 # A lane empties its staging tables with DELETE at the end of each transaction
 # (cheap) and TRUNCATEs them once this many rows have gone through since the
@@ -43,6 +44,18 @@ TRUNCATE_STAGES_AFTER_ROWS = 2_000
 # The staging tables the writer fills (run-duration histograms change only when
 # runs finish, in lifecycle.py, so the writer never stages them).
 WRITER_STAGES = (*writes.ROW_STAGES, *writes.ROLLUP_STAGES[:1], *writes.ROLLUP_STAGES[2:])
+# What scripts run on every flush, prepared once per connection.
+PREPARED = {
+    "kw_lock_groups": writes.LOCK_GROUPS_SQL,
+    "kw_lock_runs": writes.LOCK_RUNS_SQL,
+    "kw_check_direct_copy": writes.CHECK_DIRECT_COPY,
+    "kw_steps_copied": writes.STEPS_COPIED,
+    "kw_insert_runs": writes.INSERT_RUNS,
+    "kw_insert_steps": writes.INSERT_STEPS,
+    "kw_insert_traces": writes.INSERT_TRACES,
+    "kw_merge_run_rollups": writes.MERGE_RUN_ROLLUPS,
+    "kw_merge_tool_rollups": writes.MERGE_TOOL_ROLLUPS,
+}
 
 
 class Lane:
@@ -53,17 +66,18 @@ class Lane:
         self._connect_timeout = connect_timeout
         self._conn: psycopg.AsyncConnection | None = None
         self._staged_since_truncate = 0  # rows through the staging tables since TRUNCATE
+        self._prepared: dict[str, str] = {}  # SQL -> name of the statement prepared for it
 
     async def commit(self, batch: list[Rows]) -> None:
         """Write the batch in one transaction, in as few round trips as it can.
 
-        A flush of a few rows is one round trip: BEGIN, the locks, the rows
-        (a multi-row INSERT into staging), the statements moving them in,
-        the rollup merges and COMMIT go together in one pipeline. Larger
-        flushes COPY their rows between a pipeline that begins and locks and
-        one that does the rest: COPY costs two round trips, but far less
-        CPU per row on both sides. Many steps skip staging altogether
-        (:func:`_new_steps`): PostgreSQL then writes each step once.
+        A flush of a few rows of each kind is one round trip: BEGIN, the
+        locks, the rows (multi-row INSERTs into staging), the statements
+        moving them in, the rollup merges and COMMIT go together in one
+        pipeline. Larger flushes COPY their rows, far cheaper per row on both
+        sides, inside one script: a round trip per COPY, one more for the
+        rest. Many steps skip staging altogether when that is safe (see
+        writes.CHECK_DIRECT_COPY): PostgreSQL then writes each step once.
         """
         conn = await self._connection()
         parts = [
@@ -71,39 +85,94 @@ class Lane:
             for position, stage, columns, statement in STAGES
         ]
         parts = [part for part in parts if part[3]]
-        copied = {stage for stage, _, _, rows in parts if len(rows) > PIPELINED_ROWS}
-        steps = next((rows for stage, *_, rows in parts if stage == "kw_stage_steps"), [])
-        ranges = _step_ranges(steps) if "kw_stage_steps" in copied else None
+        locks = writes.lock_statement(_runs_touched(batch))
         try:
-            async with conn.cursor() as cur, conn.cursor() as stored, conn.cursor() as finished:
-                async with conn.pipeline():
-                    await cur.execute("BEGIN")
-                    await writes.lock_runs(cur, _runs_touched(batch))
-                    if ranges:
-                        await stored.execute(writes.STORED_STEPS, ranges)
-                        await finished.execute(writes.ANY_RUN_FINISHED, ranges)
-                    if not copied:
-                        await _move_in(cur, parts, copied, self._truncate_now(parts))
-                if not copied:
-                    return
-                direct = None
-                if ranges and not (await finished.fetchone())[0]:
-                    direct = _new_steps(steps, await stored.fetchall())
-                    parts = [part for part in parts if part[0] != "kw_stage_steps"]
-                    types = writes.copy_types(writes.STEP_COLUMNS, seq=False)
-                    await _copy(cur, writes.COPY_INTO_STEPS, types, direct[0])
-                for stage, columns, _, rows in parts:
-                    if stage in copied:
-                        sql, types = writes.copy_sql(stage, columns), writes.copy_types(columns)
-                        numbered = [(seq, *row) for seq, row in enumerate(rows)]
-                        await _copy(cur, sql, types, numbered)
-                async with conn.pipeline():
-                    if direct is not None:
-                        await cur.execute(writes.STEPS_COPIED, direct[1])
-                    await _move_in(cur, parts, copied, self._truncate_now(parts))
+            if all(len(rows) <= PIPELINED_ROWS for *_, rows in parts):
+                await self._pipelined(conn, locks, parts)
+                return
+            steps = next((rows for stage, *_, rows in parts if stage == "kw_stage_steps"), [])
+            if len(steps) <= PIPELINED_ROWS:
+                await self._script(conn, locks, parts).run(conn)
+                return
+            staged = [part for part in parts if part[0] != "kw_stage_steps"]
+            try:
+                await self._script(conn, locks, staged, _direct_steps(steps)).run(conn)
+            except psycopg.errors.CheckViolation as error:
+                if error.diag.constraint_name != writes.DIRECT_COPY_GUARD:
+                    raise
+                # Not safe to COPY straight in: the same batch, all of it staged.
+                await self._script(conn, locks, parts, rollback_first=True).run(conn)
+        except psycopg.errors.InvalidSqlStatementName:
+            await self.drop()  # our prepared statements are gone: a new connection has them
+            raise
         except BaseException:
             await self._roll_back()
             raise
+
+    async def _pipelined(
+        self, conn: psycopg.AsyncConnection, locks: tuple[str, tuple], parts: list[tuple]
+    ) -> None:
+        raw = psycopg.AsyncRawCursor(conn)
+        async with conn.cursor() as cur, conn.pipeline():
+            await cur.execute("BEGIN")
+            await cur.execute(*locks)
+            for stage, columns, statement, rows in parts:
+                values = [value for seq, row in enumerate(rows) for value in (seq, *row)]
+                await raw.execute(writes.values_sql(stage, columns, len(rows)), values)
+                await cur.execute(statement)
+            for statement in self._finish(parts):
+                await cur.execute(statement)
+
+    def _script(
+        self,
+        conn: psycopg.AsyncConnection,
+        locks: tuple[str, tuple],
+        parts: list[tuple],
+        direct: tuple[list[tuple], dict[str, list]] | None = None,
+        rollback_first: bool = False,
+    ) -> Script:
+        """The transaction as a script: COPY ``parts`` into staging and move them in;
+        with ``direct`` (fresh steps, and their runs' ranges and counts), COPY those
+        steps straight into agent_steps once CHECK_DIRECT_COPY passes."""
+        script = Script(self._prepared)
+        if rollback_first:
+            script.add("ROLLBACK")
+        script.add("BEGIN")
+        script.add(*locks)
+        if direct is not None:
+            steps, runs = direct
+            script.add(writes.CHECK_DIRECT_COPY, runs)
+            types = writes.copy_types(writes.STEP_COLUMNS, seq=False)
+            script.copy(writes.COPY_INTO_STEPS, copy_data(conn, types, steps))
+            script.add(writes.STEPS_COPIED, runs)
+        for stage, columns, _, rows in parts:
+            numbered = ((seq, *row) for seq, row in enumerate(rows))
+            data = copy_data(conn, writes.copy_types(columns), numbered)
+            script.copy(writes.copy_sql(stage, columns), data)
+        for *_, statement, _ in parts:
+            script.add(statement)
+        for statement in self._finish(parts):
+            script.add(statement)
+        return script
+
+    def _finish(self, parts: list[tuple]) -> list[str]:
+        """After the rows are in: merge the rollups, empty the staging tables (see
+        TRUNCATE_STAGES_AFTER_ROWS), commit."""
+        # The writer stages run rollups, and tool rollups for late steps; run-duration
+        # histograms change only when runs finish (lifecycle.py).
+        has_steps = any(stage == "kw_stage_steps" for stage, *_ in parts)
+        statements = [writes.MERGE_RUN_ROLLUPS]
+        if has_steps:
+            statements.append(writes.MERGE_TOOL_ROLLUPS)
+        if self._truncate_now(parts):
+            statements.append(f"TRUNCATE {', '.join(name for name, *_ in WRITER_STAGES)}")
+        else:
+            statements += [f"DELETE FROM {stage}" for stage, *_ in parts]
+            statements.append("DELETE FROM kw_stage_rollups")
+            if has_steps:
+                statements.append("DELETE FROM kw_stage_tools")
+        statements.append("COMMIT")
+        return statements
 
     def _truncate_now(self, parts: list[tuple]) -> bool:
         """Whether this transaction should TRUNCATE the staging tables it fills with ``parts``."""
@@ -120,7 +189,7 @@ class Lane:
             return
         try:
             if conn.info.transaction_status != pq.TransactionStatus.IDLE:
-                await conn.execute("ROLLBACK")
+                await Script.rollback(conn)
         except Exception:  # broken, or mid-protocol after a cancellation
             await self.drop()
 
@@ -147,6 +216,9 @@ class Lane:
                 await conn.execute(f"SET {setting} = off")
             for statement in writes.staging_ddl(WRITER_STAGES, emptied_at_commit=False):
                 await conn.execute(statement)
+            await conn.execute(writes.GUARD_DDL)
+            # Scripts EXECUTE these instead of planning them on every flush.
+            self._prepared = await prepare(conn, PREPARED)
             # Binary COPY picks each column's dumper by type OID, and for bytea that is
             # psycopg's DB-API `Binary` dumper, written in Python. Registering the
             # (C) dumper of bytes again makes it the one for bytea: COPY formatting
@@ -168,86 +240,33 @@ class Lane:
             self._conn = None
 
 
-async def _copy(
-    cur: psycopg.AsyncCursor, sql: str, types: tuple[str, ...], rows: list[tuple]
-) -> None:
-    """COPY ``rows``, formatting them without a coroutine per row (the formatter
-    hands back a buffer's worth at a time; only those writes wait)."""
-    async with cur.copy(sql) as copy:
-        copy.set_types(types)
-        formatter = copy.formatter
-        for row in rows:
-            if data := formatter.write_row(row):
-                await copy.write(data)
-
-
-async def _move_in(
-    cur: psycopg.AsyncCursor, parts: list[tuple], copied: set[str], truncate: bool
-) -> None:
-    """Stage the rows not COPYed, move every stage into its table, merge the rollups,
-    empty the staging tables (see TRUNCATE_STAGES_AFTER_ROWS), commit."""
-    raw = psycopg.AsyncRawCursor(cur.connection)
-    for stage, columns, statement, rows in parts:
-        if stage not in copied:
-            values = [value for seq, row in enumerate(rows) for value in (seq, *row)]
-            await raw.execute(writes.values_sql(stage, columns, len(rows)), values)
-        await cur.execute(statement)
-    # The writer stages run rollups, and tool rollups for late steps; run-duration
-    # histograms change only when runs finish (lifecycle.py).
-    has_steps = any(stage == "kw_stage_steps" for stage, *_ in parts)
-    await cur.execute(writes.MERGE_RUN_ROLLUPS)
-    if has_steps:
-        await cur.execute(writes.MERGE_TOOL_ROLLUPS)
-    if truncate:
-        await cur.execute(f"TRUNCATE {', '.join(name for name, *_ in WRITER_STAGES)}")
-    else:
-        for stage, *_ in parts:
-            await cur.execute(f"DELETE FROM {stage}")
-        await cur.execute("DELETE FROM kw_stage_rollups")
-        if has_steps:
-            await cur.execute("DELETE FROM kw_stage_tools")
-    await cur.execute("COMMIT")
-
-
-def _step_ranges(steps: list[tuple]) -> dict[str, list]:
-    """Per (project, run), the lowest and highest step_index in ``steps``: what to probe.
+def _direct_steps(steps: list[tuple]) -> tuple[list[tuple], dict[str, list]]:
+    """The steps to COPY, each (project, run, step_index) once, the first one winning
+    (as INSERT_STEPS decides); and per run the lowest and highest step_index (for
+    CHECK_DIRECT_COPY) and how many steps it gets (for STEPS_COPIED).
 
     (Keys are UUID.int: a UUID's own hash is computed in Python, for every row.)
     """
-    ranges: dict[tuple[int, int], list] = {}
-    for row in steps:
-        index = row[2]
-        bounds = ranges.get((row[0].int, row[1].int))
-        if bounds is None:
-            ranges[(row[0].int, row[1].int)] = [row[0], row[1], index, index]
-        elif index < bounds[2]:
-            bounds[2] = index
-        elif index > bounds[3]:
-            bounds[3] = index
-    columns = list(zip(*ranges.values(), strict=True))
-    return dict(zip(("projects", "runs", "low", "high"), map(list, columns), strict=True))
-
-
-def _new_steps(steps: list[tuple], stored: list[tuple]) -> tuple[list[tuple], dict[str, list]]:
-    """The steps not stored yet, each (project, run, step_index) once, first one wins
-    (as INSERT_STEPS decides); and how many each run gets, for STEPS_COPIED."""
-    seen = {(project.int, run.int, index) for project, run, index in stored}
+    seen: set[tuple[int, int, int]] = set()
     fresh = []
-    counts: dict[tuple[int, int], list] = {}
+    runs: dict[tuple[int, int], list] = {}
     for row in steps:
-        project, run = row[0].int, row[1].int
-        key = (project, run, row[2])
-        if key in seen:
+        project, run, index = row[0].int, row[1].int, row[2]
+        if (project, run, index) in seen:
             continue
-        seen.add(key)
+        seen.add((project, run, index))
         fresh.append(row)
-        count = counts.get((project, run))
-        if count is None:
-            counts[(project, run)] = [row[0], row[1], 1]
-        else:
-            count[2] += 1
-    columns = list(zip(*counts.values(), strict=True)) or [(), (), ()]
-    return fresh, dict(zip(("projects", "runs", "counts"), map(list, columns), strict=True))
+        entry = runs.get((project, run))
+        if entry is None:
+            runs[(project, run)] = [row[0], row[1], index, index, 1]
+            continue
+        entry[4] += 1
+        if index < entry[2]:
+            entry[2] = index
+        elif index > entry[3]:
+            entry[3] = index
+    columns = list(zip(*runs.values(), strict=True))
+    return fresh, dict(zip(("projects", "runs", "low", "high", "counts"), columns, strict=True))
 
 
 def _runs_touched(batch: list[Rows]) -> set[int]:

@@ -96,7 +96,12 @@ def staging_ddl(stages: tuple, emptied_at_commit: bool) -> list[str]:
 
 
 async def lock_runs(cur: psycopg.AsyncCursor, run_ids: set[int]) -> None:
-    """Take the locks of rule 1 for these runs (given as UUID.int).
+    """Take the locks of rule 1 for these runs (given as UUID.int)."""
+    await cur.execute(*lock_statement(run_ids))
+
+
+def lock_statement(run_ids: set[int]) -> tuple[str, tuple]:
+    """The statement taking the locks of rule 1 for these runs (UUID.int), and its parameters.
 
     Two levels, so that small transactions only wait for transactions that
     touch the same runs, and a large one holds a bounded number of locks: a
@@ -107,18 +112,17 @@ async def lock_runs(cur: psycopg.AsyncCursor, run_ids: set[int]) -> None:
     """
     groups = sorted({run_id % LOCK_GROUPS for run_id in run_ids})
     if len(run_ids) > FINE_LOCKS_UP_TO:
-        await cur.execute(_LOCK, (GROUP_LOCKS, groups))
-        return
+        return LOCK_GROUPS_SQL, (GROUP_LOCKS, groups)
     # Signed 32-bit keys; two runs sharing a key only wait for each other needlessly.
     keys = sorted({(run_id & 0xFFFFFFFF) - 0x80000000 for run_id in run_ids})
-    await cur.execute(_LOCK_SHARED_THEN_RUNS, (RUN_LOCKS, keys, GROUP_LOCKS, groups))
+    return LOCK_RUNS_SQL, (RUN_LOCKS, keys, GROUP_LOCKS, groups)
 
 
 # unnest returns the keys in array order, so they are locked in that order.
-_LOCK = "SELECT pg_advisory_xact_lock(%s, key) FROM unnest(%s::int[]) AS key"
+LOCK_GROUPS_SQL = "SELECT pg_advisory_xact_lock(%s, key) FROM unnest(%s::int[]) AS key"
 # Both levels in one round trip: the uncorrelated subquery is a one-time filter,
 # evaluated (every group lock taken) before the first run lock.
-_LOCK_SHARED_THEN_RUNS = """
+LOCK_RUNS_SQL = """
 SELECT pg_advisory_xact_lock(%s, key) FROM unnest(%s::int[]) AS key
 WHERE (SELECT count(pg_advisory_xact_lock_shared(%s, g)) FROM unnest(%s::int[]) AS g) >= 0
 """
@@ -249,26 +253,35 @@ WITH inserted AS (
     {tool_rollups.stats_of_steps(_LATE_STEPS_NOW)}
 ){_STAGE_STEP_ROLLUPS}"""
 
-# Large batches of steps skip staging (lane.py, Lane.commit):
-# which of them are stored already, per run a range (project_id, run_id, low, high) ...
-STORED_STEPS = """
-SELECT s.project_id, s.run_id, s.step_index
-FROM unnest(%(projects)s::uuid[], %(runs)s::uuid[], %(low)s::int[], %(high)s::int[])
-    AS k (project_id, run_id, low, high)
-JOIN agent_steps s ON s.project_id = k.project_id AND s.run_id = k.run_id
-                  AND s.step_index >= k.low AND s.step_index <= k.high
-"""
-# ... whether any of their runs has finished (its late steps go the staged way) ...
-ANY_RUN_FINISHED = """
-SELECT EXISTS (
+# Large batches of steps skip staging (lane.py): they are COPYed straight into
+# agent_steps, in a transaction that first makes sure that is safe. It is not
+# when a step of the batch may be stored already (a retry: some stored step of
+# its run falls in the batch's range of step_index), or when a run of the
+# batch has finished (its late steps change the tool rollups, which staging
+# handles). Then this fails, on the CHECK of the lane's temp table
+# kw_copy_guard, and the lane writes the batch again the staged way.
+DIRECT_COPY_GUARD = "kw_direct_copy_unsafe"
+GUARD_DDL = (
+    "CREATE TEMP TABLE IF NOT EXISTS kw_copy_guard "
+    f"(unsafe boolean CONSTRAINT {DIRECT_COPY_GUARD} CHECK (NOT unsafe))"
+)
+CHECK_DIRECT_COPY = """
+INSERT INTO kw_copy_guard (unsafe)
+SELECT true WHERE EXISTS (
+    SELECT 1
+    FROM unnest(%(projects)s::uuid[], %(runs)s::uuid[], %(low)s::int[], %(high)s::int[])
+        AS k (project_id, run_id, low, high)
+    JOIN agent_steps s ON s.project_id = k.project_id AND s.run_id = k.run_id
+                      AND s.step_index >= k.low AND s.step_index <= k.high
+) OR EXISTS (
     SELECT 1 FROM unnest(%(projects)s::uuid[], %(runs)s::uuid[]) AS k (project_id, run_id)
     JOIN agent_runs r ON r.project_id = k.project_id AND r.id = k.run_id
     WHERE r.ended_at IS NOT NULL
 )
 """
-# ... and, once the new ones are COPYed into agent_steps, what INSERT_STEPS would
-# have done with them: bump each run's step count and activity, and its rollup.
-# Runs in the same batch are inserted after this, counting their stored steps.
+# Once they are COPYed, what INSERT_STEPS would have done with them: bump each
+# run's step count and activity, and its rollup. Runs in the same batch are
+# inserted after this, counting their stored steps.
 STEPS_COPIED = f"""
 WITH per_run AS (
     SELECT * FROM unnest(%(projects)s::uuid[], %(runs)s::uuid[], %(counts)s::int[])

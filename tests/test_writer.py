@@ -29,21 +29,23 @@ async def writer(db_url: str):
     await writer.close()
 
 
-@pytest.mark.parametrize("rows_per_request", [1, lane_module.PIPELINED_ROWS + 1])
+@pytest.mark.parametrize("path", ["direct", "staged"])
 async def test_rows_the_database_rejects_fail_only_their_request(
-    writer: IngestWriter, db_url: str, rows_per_request: int
+    writer: IngestWriter, db_url: str, path: str
 ) -> None:
     """Requests sharing a flush with a bad one are committed; the bad one alone fails.
 
-    Both ways a flush stages rows are covered: a multi-row INSERT (few rows)
-    and COPY (more than PIPELINED_ROWS).
+    Both ways steps are written are covered: COPY straight into agent_steps,
+    and staged (taken when a step of the batch may be stored already).
     """
     project = make_project(db_url)
     good_runs = [uuid.uuid4() for _ in range(3)]
     bad_run = uuid.uuid4()
+    if path == "staged":  # every run has a step stored in the range the batch covers
+        await writer.write(steps=[step(project.id, run_id, 0) for run_id in [*good_runs, bad_run]])
 
     def request(run_id: uuid.UUID, step_type: str = "tool_call") -> list[tuple]:
-        return [step(project.id, run_id, i, step_type) for i in range(rows_per_request)]
+        return [step(project.id, run_id, i, step_type) for i in range(80)]
 
     results = await asyncio.gather(
         writer.write(steps=request(good_runs[0])),
@@ -60,7 +62,9 @@ async def test_rows_the_database_rejects_fail_only_their_request(
             (project.id,),
         )
     )
-    assert stored == {run_id: rows_per_request for run_id in good_runs}
+    assert stored == {run_id: 80 for run_id in good_runs} | (
+        {bad_run: 1} if path == "staged" else {}
+    )
 
 
 async def test_many_small_flushes_store_every_row_once(writer: IngestWriter, db_url: str) -> None:
@@ -81,10 +85,12 @@ async def test_many_small_flushes_store_every_row_once(writer: IngestWriter, db_
     assert count == distinct == total
 
 
-@pytest.mark.parametrize("count", [3, lane_module.PIPELINED_ROWS + 6])
-async def test_every_value_is_stored_as_sent(api, project, db_url: str, count: int) -> None:
-    """Runs, steps and model calls, few (one INSERT) or many (COPY, steps straight into
-    agent_steps): JSON payloads stay JSON, and every column holds what was sent."""
+@pytest.mark.parametrize(("count", "steps_path"), [(3, "direct"), (70, "direct"), (70, "staged")])
+async def test_every_value_is_stored_as_sent(
+    api, project, db_url: str, count: int, steps_path: str
+) -> None:
+    """Runs, steps and model calls, staged or (steps) straight into agent_steps: JSON
+    payloads stay JSON, and every column holds what was sent."""
     runs = [
         {"id": str(uuid.uuid4()), "agent_name": "exact", "started_at": "2026-11-30T08:00:00Z",
          "input": {"task": f"t{n}", "nested": [1, 2.5, None]}, "metadata": {"n": n},
@@ -106,6 +112,12 @@ async def test_every_value_is_stored_as_sent(api, project, db_url: str, count: i
     ]  # fmt: skip
     for path, body in (("runs", runs), ("steps", steps), ("ai", calls)):
         url = f"/v1/ingest/agent/{path}" if path != "ai" else "/v1/ingest/ai"
+        if path == "steps" and steps_path == "staged":  # late steps of a finished run
+            finish = {"termination_reason": "clean", "ended_at": "2026-11-30T09:00:00Z"}
+            status, _, _ = await api.post(
+                f"/v1/ingest/agent/runs/{run_id}/finish", json=finish, headers=project.auth()
+            )
+            assert status == 200
         status, answer, _ = await api.post(url, json=body, headers=project.auth())
         assert status in (200, 201), answer
 
@@ -140,8 +152,8 @@ async def test_every_value_is_stored_as_sent(api, project, db_url: str, count: i
 async def test_many_late_steps_of_a_finished_run_update_its_tool_rollups(
     api, project, db_url: str
 ) -> None:
-    """A large batch for a run that has finished takes the staged path, which moves
-    the run's share of the tool rollups; the direct path is for runs still going."""
+    """A batch for a run that has finished takes the staged path, which moves the
+    run's share of the tool rollups; the direct path is for runs still going."""
     _, body, _ = await api.post(
         "/v1/ingest/agent/runs", json={"agent_name": "late"}, headers=project.auth()
     )
@@ -151,7 +163,7 @@ async def test_many_late_steps_of_a_finished_run_update_its_tool_rollups(
         return [{"run_id": run_id, "step_index": n, "tool_name": "grep", "tool_input": {"q": n}}
                 for n in range(first, first + count)]  # fmt: skip
 
-    big = lane_module.PIPELINED_ROWS + 10
+    big = 74
     await api.post("/v1/ingest/agent/steps", json=steps(0, big), headers=project.auth())
     await api.post(
         f"/v1/ingest/agent/runs/{run_id}/finish",
@@ -178,7 +190,7 @@ async def test_a_run_and_many_of_its_steps_in_one_flush_count_each_step_once(
     inserted in the same transaction, counts them, and nothing counts them twice."""
     project = make_project(db_url)
     run_id = uuid.uuid4()
-    count = lane_module.PIPELINED_ROWS + 20
+    count = 84
     run = (uuid.UUID(project.id), run_id, "same-flush", None, datetime.now(UTC), None, None, [])
     await asyncio.gather(
         writer.write(steps=[step(project.id, run_id, i) for i in range(count)]),
@@ -200,7 +212,7 @@ async def test_a_large_batch_sent_again_is_stored_once(writer: IngestWriter, db_
     twice, so the batch goes the staged way, and only the new steps count."""
     project = make_project(db_url)
     run_id = uuid.uuid4()
-    count = lane_module.PIPELINED_ROWS + 20
+    count = 84
     run = (uuid.UUID(project.id), run_id, "retried", None, datetime.now(UTC), None, None, [])
     await writer.write(runs=[run])
     await writer.write(steps=[step(project.id, run_id, i) for i in range(count)])

@@ -1,10 +1,11 @@
 """One ingest writer connection, and how it turns a batch into one transaction.
 
-The writer (writer.py) decides what goes together; a lane writes it. Rows are
-staged in session-local temp tables and moved in by the statements of
-writes.py, except large batches of steps, which are COPYed straight into
-agent_steps. Round trips are few: a small batch is one pipeline; a large one
-is one script (pgscript.py) with a round trip per COPY, plus one.
+The writer (writer.py) decides what goes together; a lane writes it, as one
+script (pgscript.py): the rows go by binary COPY, the statements of writes.py
+move them in and keep counters and rollups current, and the whole
+transaction costs a round trip per COPY, plus one. Steps are COPYed straight
+into agent_steps when that is safe, other rows into session-local staging
+tables first.
 """
 
 from __future__ import annotations
@@ -32,10 +33,6 @@ STAGES = (
     (2, "kw_stage_traces", writes.TRACE_COLUMNS, writes.INSERT_TRACES),
 )
 
-
-# Up to this many rows of each kind, a flush stages them with multi-row INSERTs in
-# a single pipeline; with more of any kind, it is a script of COPYs (Lane.commit).
-PIPELINED_ROWS = 64
 # A lane empties its staging tables with DELETE at the end of each transaction
 # (cheap) and TRUNCATEs them once this many rows have gone through since the
 # last time (a few hundred microseconds a table), so the dead rows DELETE
@@ -69,15 +66,13 @@ class Lane:
         self._prepared: dict[str, str] = {}  # SQL -> name of the statement prepared for it
 
     async def commit(self, batch: list[Rows]) -> None:
-        """Write the batch in one transaction, in as few round trips as it can.
+        """Write the batch in one transaction: one script, a round trip per kind of row
+        (its COPY) and one for the rest.
 
-        A flush of a few rows of each kind is one round trip: BEGIN, the
-        locks, the rows (multi-row INSERTs into staging), the statements
-        moving them in, the rollup merges and COMMIT go together in one
-        pipeline. Larger flushes COPY their rows, far cheaper per row on both
-        sides, inside one script: a round trip per COPY, one more for the
-        rest. Many steps skip staging altogether when that is safe (see
-        writes.CHECK_DIRECT_COPY): PostgreSQL then writes each step once.
+        Steps go straight into agent_steps, so PostgreSQL writes each of them
+        once, unless the script finds that unsafe (writes.CHECK_DIRECT_COPY:
+        a step may be stored already, or its run has finished). The same
+        batch is then written again with every row staged.
         """
         conn = await self._connection()
         parts = [
@@ -86,12 +81,9 @@ class Lane:
         ]
         parts = [part for part in parts if part[3]]
         locks = writes.lock_statement(_runs_touched(batch))
+        steps = next((rows for stage, *_, rows in parts if stage == "kw_stage_steps"), None)
         try:
-            if all(len(rows) <= PIPELINED_ROWS for *_, rows in parts):
-                await self._pipelined(conn, locks, parts)
-                return
-            steps = next((rows for stage, *_, rows in parts if stage == "kw_stage_steps"), [])
-            if len(steps) <= PIPELINED_ROWS:
+            if steps is None:
                 await self._script(conn, locks, parts).run(conn)
                 return
             staged = [part for part in parts if part[0] != "kw_stage_steps"]
@@ -100,7 +92,6 @@ class Lane:
             except psycopg.errors.CheckViolation as error:
                 if error.diag.constraint_name != writes.DIRECT_COPY_GUARD:
                     raise
-                # Not safe to COPY straight in: the same batch, all of it staged.
                 await self._script(conn, locks, parts, rollback_first=True).run(conn)
         except psycopg.errors.InvalidSqlStatementName:
             await self.drop()  # our prepared statements are gone: a new connection has them
@@ -108,20 +99,6 @@ class Lane:
         except BaseException:
             await self._roll_back()
             raise
-
-    async def _pipelined(
-        self, conn: psycopg.AsyncConnection, locks: tuple[str, tuple], parts: list[tuple]
-    ) -> None:
-        raw = psycopg.AsyncRawCursor(conn)
-        async with conn.cursor() as cur, conn.pipeline():
-            await cur.execute("BEGIN")
-            await cur.execute(*locks)
-            for stage, columns, statement, rows in parts:
-                values = [value for seq, row in enumerate(rows) for value in (seq, *row)]
-                await raw.execute(writes.values_sql(stage, columns, len(rows)), values)
-                await cur.execute(statement)
-            for statement in self._finish(parts):
-                await cur.execute(statement)
 
     def _script(
         self,

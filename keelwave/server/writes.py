@@ -150,26 +150,6 @@ def copy_types(columns: tuple[tuple[str, str], ...], seq: bool = True) -> tuple[
     return ("int4", *kinds) if seq else kinds
 
 
-@functools.lru_cache(maxsize=256)
-def values_sql(stage: str, columns: tuple[tuple[str, str], ...], rows: int) -> str:
-    """An INSERT of ``rows`` rows into ``stage``: what a few rows take instead of COPY.
-
-    Placeholders are PostgreSQL's own ($1, $2, …), for a raw cursor: psycopg
-    would otherwise parse this long statement for %s on every execution.
-    """
-    width = len(columns) + 1
-    values = []
-    for row in range(rows):
-        first = row * width + 1
-        cells = [f"${first}"]
-        for n, (_, kind) in enumerate(columns, start=1):
-            cell = f"${first + n}"
-            cells.append(f"convert_from({cell}::bytea, 'UTF8')::json" if kind == "json" else cell)
-        values.append(f"({', '.join(cells)})")
-    names = ", ".join(_names(columns))
-    return f"INSERT INTO {stage} (seq, {names}) VALUES {', '.join(values)}"
-
-
 def _cols(columns: tuple[str, ...], prefix: str = "") -> str:
     return ", ".join(prefix + column for column in columns)
 

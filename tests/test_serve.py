@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import shutil
 import signal
@@ -190,6 +191,24 @@ def test_keelwave_command_is_installed() -> None:
         assert command in result.stdout
 
 
+def _connections_by_process(pids: list[str], port: int) -> dict[str, int]:
+    """How many established TCP connections on ``port`` each process holds (Linux /proc)."""
+    sockets = {}  # socket inode -> pid
+    for pid in pids:
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            target = str(fd.readlink()) if fd.is_symlink() else ""
+            if target.startswith("socket:["):
+                sockets[target[8:-1]] = pid
+    counts = dict.fromkeys(pids, 0)
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            local_port, state, inode = int(fields[1].rsplit(":", 1)[1], 16), fields[3], fields[9]
+            if local_port == port and state == "01" and inode in sockets:  # 01: ESTABLISHED
+                counts[sockets[inode]] += 1
+    return counts
+
+
 def test_workers_share_the_port_and_leave_with_the_first(fresh_db_url: str, tmp_path: Path):
     server = ServeProcess(
         "--database-url", fresh_db_url, "--workers", "3", log=tmp_path / "serve.log"
@@ -197,12 +216,25 @@ def test_workers_share_the_port_and_leave_with_the_first(fresh_db_url: str, tmp_
     try:
         assert "3 processes" in "".join(server.output)
         key = server.printed_key
-        # many connections, spread by the kernel over the processes: all answer, all commit
+        children = subprocess.run(
+            ["pgrep", "-P", str(server.process.pid)], capture_output=True, text=True
+        ).stdout.split()
+        # Clients that connect as soon as the server says it listens are spread over
+        # every process (the others were listening already), and all of them commit.
+        host, port = server.url.removeprefix("http://").rsplit(":", 1)
+        clients = [http.client.HTTPConnection(host, int(port), timeout=30) for _ in range(30)]
+        for client in clients:
+            client.connect()
         run_id = str(uuid.uuid4())
-        for index in range(1, 31):
-            with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {key}"}) as c:
-                c.post("/v1/ingest/agent/steps", json={"run_id": run_id, "step_index": index,
-                       "tool_name": "t", "tool_input": {}}).raise_for_status()  # fmt: skip
+        for index, client in enumerate(clients, start=1):
+            body = {"run_id": run_id, "step_index": index, "tool_name": "t", "tool_input": {}}
+            client.request("POST", "/v1/ingest/agent/steps", json.dumps(body),
+                           {"Authorization": f"Bearer {key}"})  # fmt: skip
+            assert client.getresponse().status == 200
+        held = _connections_by_process([str(server.process.pid), *children], int(port))
+        for client in clients:
+            client.close()
+        assert sum(1 for count in held.values() if count) == 3, held  # (a child may not serve)
         with psycopg.connect(fresh_db_url) as conn:
             assert (
                 conn.execute(
@@ -210,10 +242,6 @@ def test_workers_share_the_port_and_leave_with_the_first(fresh_db_url: str, tmp_
                 ).fetchone()[0]
                 == 30
             )
-        children = subprocess.run(
-            ["pgrep", "-P", str(server.process.pid)], capture_output=True, text=True
-        ).stdout.split()
-        assert len(children) >= 2
     finally:
         server.process.kill()  # kill -9 of the first process…
         server.process.wait()

@@ -105,6 +105,8 @@ def serve(
             )  # fmt: skip
         except OSError as error:
             fail(f"cannot listen on {settings.host}:{settings.port}: {error.strerror or error}")
+        except workers_mod.WorkerFailed as error:
+            fail(f"a server process could not start: {error}")
         finally:
             workers_mod.stop(children)
         stdout.print("Stopped.")
@@ -130,7 +132,8 @@ async def _serve(
     try:
         site = web.TCPSite(runner, settings.host, settings.port, reuse_port=processes > 1)
         await site.start()
-        start_others()
+        # (blocking: the others must be listening before we say we are)
+        await asyncio.to_thread(start_others)
         port = site._server.sockets[0].getsockname()[1]  # the real one when --port 0
         url = f"http://{_display_host(settings.host)}:{port}"
         if first_key is not None:

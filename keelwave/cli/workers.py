@@ -9,8 +9,12 @@ make that safe.
 
 The first process sets up (embedded database, migrations, the first key) and
 serves too; the others are started afterwards with ``spawn`` and only serve.
-They stop when told (SIGTERM/SIGINT, forwarded by the first) or when the
-first process disappears, even by ``kill -9``.
+The first says it is listening only once every other one is: the kernel
+spreads connections over the processes listening when they connect, and a
+client's keep-alive connections stay where they landed, so clients starting
+before the others listened would keep one process busy and the rest idle.
+The others stop when told (SIGTERM/SIGINT, forwarded by the first) or when
+the first process disappears, even by ``kill -9``.
 """
 
 from __future__ import annotations
@@ -18,8 +22,10 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 import os
+import queue
 import signal
 import socket
+import time
 from typing import Any
 
 from aiohttp import web
@@ -36,8 +42,20 @@ def free_port(host: str) -> int:
         return probe.getsockname()[1]
 
 
-def start(count: int, settings: Settings, conninfo: str) -> list[multiprocessing.Process]:
+class WorkerFailed(Exception):
+    """A worker process ended before it was listening."""
+
+
+def start(
+    count: int, settings: Settings, conninfo: str, timeout: float = 120
+) -> list[multiprocessing.Process]:
+    """Start ``count`` workers and return once every one of them is listening.
+
+    Raises WorkerFailed if one exits first (its error is in the log), or if
+    they are not all listening after ``timeout`` seconds.
+    """
     context = multiprocessing.get_context("spawn")  # no fork of a process holding connections
+    listening = context.Queue()
     processes = []
     for number in range(count):
         own = settings
@@ -45,13 +63,34 @@ def start(count: int, settings: Settings, conninfo: str) -> list[multiprocessing
             own = settings.model_copy(update={"metrics_port": settings.metrics_port + number + 1})
         process = context.Process(
             target=_worker,
-            args=(own.model_dump(mode="json"), conninfo, os.getpid()),
+            args=(own.model_dump(mode="json"), conninfo, os.getpid(), listening),
             name=f"keelwave-worker-{number + 1}",
             daemon=True,
         )
         process.start()
         processes.append(process)
+    try:
+        _wait_listening(processes, listening, timeout)
+    except WorkerFailed:
+        stop(processes, timeout=5)
+        raise
     return processes
+
+
+def _wait_listening(processes: list, listening: Any, timeout: float) -> None:
+    waiting = len(processes)
+    deadline = time.monotonic() + timeout
+    while waiting:
+        try:
+            listening.get(timeout=0.2)
+            waiting -= 1
+            continue
+        except queue.Empty:
+            pass
+        if dead := [process for process in processes if process.exitcode is not None]:
+            raise WorkerFailed(f"{dead[0].name} exited (code {dead[0].exitcode}) while starting")
+        if time.monotonic() > deadline:
+            raise WorkerFailed(f"{waiting} worker(s) not listening after {timeout:.0f} s")
 
 
 def stop(processes: list[multiprocessing.Process], timeout: float = 30) -> None:
@@ -65,12 +104,12 @@ def stop(processes: list[multiprocessing.Process], timeout: float = 30) -> None:
             process.kill()
 
 
-def _worker(settings_data: dict[str, Any], conninfo: str, parent_pid: int) -> None:
+def _worker(settings_data: dict[str, Any], conninfo: str, parent_pid: int, listening: Any) -> None:
     settings = Settings(**settings_data)
-    asyncio.run(_serve(settings, conninfo, parent_pid))
+    asyncio.run(_serve(settings, conninfo, parent_pid, listening))
 
 
-async def _serve(settings: Settings, conninfo: str, parent_pid: int) -> None:
+async def _serve(settings: Settings, conninfo: str, parent_pid: int, listening: Any) -> None:
     app = create_app(settings, conninfo, PriceTable.load(settings.prices_file))
     runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=30)
     await runner.setup()
@@ -81,6 +120,7 @@ async def _serve(settings: Settings, conninfo: str, parent_pid: int) -> None:
         loop.add_signal_handler(signum, stopping.set)
     try:
         await web.TCPSite(runner, settings.host, settings.port, reuse_port=True).start()
+        listening.put(os.getpid())
         while not stopping.is_set():
             if os.getppid() != parent_pid:  # the first process is gone: so are we
                 break

@@ -191,6 +191,10 @@ class Lane:
             # those inflated costs make every statement pay for JIT compilation.)
             for setting in ("enable_hashjoin", "enable_mergejoin", "enable_seqscan", "jit"):
                 await conn.execute(f"SET {setting} = off")
+            # With those plans off, the generic plan of each prepared statement is the
+            # one it needs (index probes); PostgreSQL would otherwise plan it afresh
+            # for the values of every flush, since they come as literals.
+            await conn.execute("SET plan_cache_mode = force_generic_plan")
             for statement in writes.staging_ddl(WRITER_STAGES, emptied_at_commit=False):
                 await conn.execute(statement)
             await conn.execute(writes.GUARD_DDL)

@@ -263,6 +263,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=100)
     parser.add_argument("--workers", type=int, default=None, help="server processes")
     parser.add_argument("--rss", action="store_true", help="report server memory over the run")
+    parser.add_argument("--json", help="also write the results to this file (bench/all.py)")
     args = parser.parse_args()
 
     name, db_url = scratch_database()
@@ -298,6 +299,10 @@ def main() -> None:
     if args.rss and rss.samples:
         series = ", ".join(f"{mib:.0f}" for mib in rss.samples)
         print(f"server RSS during the batched run, MiB, once a second: {series}")
+    if args.json:
+        results = {"batched": batched, "single": single, "half_rate": half,
+                   "copy_steps_per_s": copy_rate, "rss_mib": rss.samples}  # fmt: skip
+        Path(args.json).write_text(json.dumps(results))
 
 
 if __name__ == "__main__":

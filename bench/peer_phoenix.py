@@ -123,6 +123,7 @@ def main() -> None:
     parser.add_argument("--phoenix", default="phoenix", help="the `phoenix` command to run")
     parser.add_argument("--runs", type=int, default=500)
     parser.add_argument("--steps", type=int, default=20, help="tool calls per run")
+    parser.add_argument("--json", help="also write the results to this file (bench/all.py)")
     args = parser.parse_args()
     ours = run_keelwave(args.runs, args.steps)
     theirs = run_phoenix(args.phoenix, args.runs, args.steps)
@@ -133,6 +134,9 @@ def main() -> None:
     print(f"{'keelwave (stored)':<28}{ours:>10.0f} steps/s")
     print(f"{'Phoenix (stored spans)':<28}{theirs:>10.0f} steps/s")
     print(f"keelwave / Phoenix = {ours / theirs:.1f}x")
+    if args.json:
+        with open(args.json, "w") as file:
+            json.dump({"runs": args.runs, "keelwave": ours, "phoenix": theirs}, file)
 
 
 if __name__ == "__main__":

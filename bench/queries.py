@@ -197,6 +197,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--reuse", help="time an existing database made by --keep")
     parser.add_argument("--keep", help="name the database and keep it afterwards")
+    parser.add_argument("--json", help="also write the results to this file (bench/all.py)")
     args = parser.parse_args()
 
     name = args.reuse or args.keep or f"kw_bench_q_{os.getpid()}"
@@ -234,6 +235,9 @@ def main() -> None:
     for label, p50, p95, budget in results:
         verdict = "" if budget is None else ("  ok" if p95 <= budget else "  OVER")
         print(f"{label:<24}{p50:>9.1f}{p95:>9.1f}{budget or '':>9}{verdict}")
+    if args.json:
+        with open(args.json, "w") as file:
+            json.dump({"runs": runs, "steps": steps, "endpoints": results}, file)
     if not (args.keep or args.reuse):
         with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

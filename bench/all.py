@@ -1,0 +1,122 @@
+"""Every benchmark in bench/, one after the other, then one table against the targets.
+
+    python bench/all.py [--seconds 10] [--queries-db kw_bench_big]
+                        [--phoenix /tmp/phx/bin/phoenix] [--skip peer ...]
+
+Each script runs as it would on its own (its own table is printed as it
+goes) and hands its figures over in a JSON file; the summary at the end puts
+them next to the targets keelwave holds itself to on a 2-core machine:
+
+- ingest.py: batched ingest at least 50% of raw COPY into the same table, in
+  the same run; single-step requests at least 3,000/s, with p99 under 50 ms at
+  half that rate; server memory flat under load;
+- queries.py: every endpoint within its p95 budget on 250,000 runs / 5
+  million steps / 7 days (built first, about five minutes on 2 cores, unless
+  --queries-db names a database kept earlier with `queries.py --keep`);
+- sdk_overhead.py: the Python SDK adds under 10 µs to an observed call;
+- peer_phoenix.py: at least 100x Arize Phoenix's throughput on the same
+  agent runs (skipped, and said so, when the `phoenix` command is missing).
+
+The load generators run on the same machine as the server: a busy machine
+measures lower, so read the ratios, which compare figures from the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).parent
+BENCHMARKS = ("ingest", "queries", "sdk", "peer")
+
+
+def run(script: str, arguments: list[str], results: Path) -> dict | list | None:
+    """Run bench/<script> (its output goes straight to the terminal); its JSON, if it ran."""
+    print(f"\n$ python bench/{script} {' '.join(arguments)}", flush=True)
+    command = [sys.executable, str(HERE / script), *arguments, "--json", str(results)]
+    if subprocess.run(command).returncode != 0:
+        print(f"bench/{script} failed", flush=True)
+        return None
+    return json.loads(results.read_text())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=10, help="per ingest workload")
+    parser.add_argument("--queries-db", help="a database kept by `queries.py --keep NAME`")
+    parser.add_argument("--phoenix", default="phoenix", help="the `phoenix` command")
+    parser.add_argument("--runs", type=int, default=1000, help="agent runs for the peer")
+    parser.add_argument("--skip", nargs="*", default=[], choices=BENCHMARKS)
+    args = parser.parse_args()
+
+    rows: list[tuple[str, str, str, bool | None]] = []  # what, measured, target, met
+    with tempfile.TemporaryDirectory() as scratch:
+        out = Path(scratch)
+        if "ingest" not in args.skip:
+            ingest = run("ingest.py", ["--seconds", str(args.seconds), "--rss"], out / "i.json")
+            if ingest:
+                rows += _ingest_rows(ingest)
+        if "queries" not in args.skip:
+            where = ["--reuse", args.queries_db] if args.queries_db else []
+            queries = run("queries.py", where, out / "q.json")
+            if queries:
+                for label, p50, p95, budget in queries["endpoints"]:
+                    target = f"p95 ≤ {budget} ms" if budget else ""
+                    met = None if budget is None else p95 <= budget
+                    rows.append((f"GET {label}", f"p50 {p50:.1f} / p95 {p95:.1f} ms", target, met))
+        if "sdk" not in args.skip:
+            sdk = run("sdk_overhead.py", [], out / "s.json")
+            if sdk:
+                added = sdk["keelwave_us"] - sdk["bare_us"]
+                rows.append(("SDK: added per observed call", f"{added:.1f} µs", "< 10 µs",
+                             added < 10))  # fmt: skip
+        if "peer" not in args.skip:
+            if shutil.which(args.phoenix) is None:
+                rows.append(("Arize Phoenix, same workload", f"skipped: no {args.phoenix!r}",
+                             "≥ 100×", None))  # fmt: skip
+            else:
+                arguments = ["--phoenix", args.phoenix, "--runs", str(args.runs)]
+                peer = run("peer_phoenix.py", arguments, out / "p.json")
+                if peer:
+                    ratio = peer["keelwave"] / peer["phoenix"]
+                    rows.append((f"vs Phoenix, {peer['runs']} runs × 20 steps",
+                                 f"{peer['keelwave']:,.0f} vs {peer['phoenix']:,.0f} steps/s "
+                                 f"= {ratio:.0f}×", "≥ 100×", ratio >= 100))  # fmt: skip
+
+    print(f"\nSummary — python {sys.version.split()[0]} ({sys.executable}), "
+          f"{os.cpu_count()} cores")  # fmt: skip
+    width = max(len(what) for what, *_ in rows) + 2 if rows else 10
+    for what, measured, target, met in rows:
+        verdict = {True: "ok", False: "MISSED", None: ""}[met]
+        print(f"{what:<{width}}{measured:<44}{target:<16}{verdict}")
+    if any(met is False for *_, met in rows):
+        sys.exit(1)
+
+
+def _ingest_rows(ingest: dict) -> list[tuple[str, str, str, bool | None]]:
+    batched, single, half = ingest["batched"], ingest["single"], ingest["half_rate"]
+    ratio = batched["steps_per_s"] / ingest["copy_steps_per_s"]
+    rss = ingest["rss_mib"]
+    rows = [
+        ("ingest, batched (100 steps/request)",
+         f"{batched['steps_per_s']:,.0f} steps/s = {ratio:.0%} of COPY "
+         f"({ingest['copy_steps_per_s']:,.0f})", "≥ 50% of COPY", ratio >= 0.5),
+        ("ingest, single steps", f"{single['requests_per_s']:,.0f} requests/s",
+         "≥ 3,000/s", single["requests_per_s"] >= 3000),
+        ("ingest, single steps at half rate", f"p99 {half['p99_ms']:.1f} ms", "p99 < 50 ms",
+         half["p99_ms"] < 50),
+    ]  # fmt: skip
+    if rss:
+        measured = f"{min(rss):.0f}–{max(rss):.0f} MiB over {len(rss)} s"
+        rows.append(("server memory under batched load", measured, "flat", None))
+    return rows
+
+
+if __name__ == "__main__":
+    main()

@@ -87,3 +87,5 @@ def test_literals_are_only_made_of_integers_and_uuids() -> None:
     assert literal([run]) == "'{00000000-0000-0000-0000-000000000001}'"
     with pytest.raises(TypeError, match="str"):
         literal(["'); DROP TABLE agent_steps; --"])
+    with pytest.raises(TypeError):
+        literal(True)

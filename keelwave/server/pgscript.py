@@ -24,6 +24,7 @@ begun in the script, stays aborted until the caller rolls it back.
 from __future__ import annotations
 
 import asyncio
+import functools
 import re
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
@@ -38,11 +39,11 @@ FATAL_ERROR = pq.ExecStatus.FATAL_ERROR
 
 def literal(value: int | Iterable[int] | Iterable[uuid.UUID]) -> str:
     """A SQL literal for an integer, or an array literal for integers or UUIDs."""
-    if isinstance(value, int):
+    if isinstance(value, int) and not isinstance(value, bool):
         return str(value)
     items = []
     for item in value:
-        if not isinstance(item, int | uuid.UUID):
+        if not isinstance(item, int | uuid.UUID) or isinstance(item, bool):
             raise TypeError(f"no literal for {type(item).__name__} in a script")
         items.append(str(item))
     return f"'{{{','.join(items)}}}'"
@@ -58,6 +59,7 @@ def inline(sql: str, params: Sequence | Mapping) -> str:
 _NAMED = re.compile(r"%\((\w+)\)s")
 
 
+@functools.cache
 def _parameters(sql: str) -> tuple[str, ...] | int:
     """The names of ``sql``'s %(name)s placeholders in order, or how many %s it has."""
     names = tuple(dict.fromkeys(_NAMED.findall(sql)))

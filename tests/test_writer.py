@@ -13,6 +13,9 @@ from conftest import make_project, query
 from keelwave.server import lane as lane_module
 from keelwave.server.writer import IngestWriter, RowsRejected
 
+# The sizes below take both ways rows travel: values in the script's text, and COPY.
+assert 4 * 3 <= lane_module.INLINE_ROWS < 70
+
 
 def step(project_id: str, run_id: uuid.UUID, index: int, step_type: str = "tool_call") -> tuple:
     return (
@@ -30,13 +33,15 @@ async def writer(db_url: str):
 
 
 @pytest.mark.parametrize("path", ["direct", "staged"])
+@pytest.mark.parametrize("rows", [2, 80])
 async def test_rows_the_database_rejects_fail_only_their_request(
-    writer: IngestWriter, db_url: str, path: str
+    writer: IngestWriter, db_url: str, path: str, rows: int
 ) -> None:
     """Requests sharing a flush with a bad one are committed; the bad one alone fails.
 
-    Both ways steps are written are covered: COPY straight into agent_steps,
-    and staged (taken when a step of the batch may be stored already).
+    Every way steps are written is covered: straight into agent_steps or
+    staged (when a step of the batch may be stored already), as values in the
+    script's text (a few) or by COPY (more than INLINE_ROWS).
     """
     project = make_project(db_url)
     good_runs = [uuid.uuid4() for _ in range(3)]
@@ -45,7 +50,7 @@ async def test_rows_the_database_rejects_fail_only_their_request(
         await writer.write(steps=[step(project.id, run_id, 0) for run_id in [*good_runs, bad_run]])
 
     def request(run_id: uuid.UUID, step_type: str = "tool_call") -> list[tuple]:
-        return [step(project.id, run_id, i, step_type) for i in range(80)]
+        return [step(project.id, run_id, i, step_type) for i in range(rows)]
 
     results = await asyncio.gather(
         writer.write(steps=request(good_runs[0])),
@@ -62,7 +67,7 @@ async def test_rows_the_database_rejects_fail_only_their_request(
             (project.id,),
         )
     )
-    assert stored == {run_id: 80 for run_id in good_runs} | (
+    assert stored == {run_id: rows for run_id in good_runs} | (
         {bad_run: 1} if path == "staged" else {}
     )
 
@@ -85,7 +90,8 @@ async def test_many_small_flushes_store_every_row_once(writer: IngestWriter, db_
     assert count == distinct == total
 
 
-@pytest.mark.parametrize(("count", "steps_path"), [(3, "direct"), (70, "direct"), (70, "staged")])
+@pytest.mark.parametrize("count", [3, 70])  # values in the script's text, or COPY
+@pytest.mark.parametrize("steps_path", ["direct", "staged"])
 async def test_every_value_is_stored_as_sent(
     api, project, db_url: str, count: int, steps_path: str
 ) -> None:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import uuid
+from datetime import UTC, datetime
 
+import msgspec
 import psycopg
 import pytest
 
-from keelwave.server.pgscript import Script, copy_data, literal, prepare
+from keelwave.server.pgscript import Script, Unquotable, copy_data, literal, prepare
 
 
 @pytest.fixture
@@ -89,3 +91,44 @@ def test_literals_are_only_made_of_integers_and_uuids() -> None:
         literal(["'); DROP TABLE agent_steps; --"])
     with pytest.raises(TypeError):
         literal(True)
+
+
+async def test_values_written_as_text_come_back_exactly(conn) -> None:
+    """Rows written into the script's text: quotes, backslashes, Unicode, JSON as sent,
+    every byte value, infinities, microseconds and arrays survive the trip."""
+    await conn.execute(
+        "CREATE TEMP TABLE v (t text, j json, b bytea, f float8, ts timestamptz, tags text[],"
+        " u uuid, n int8, missing text)"
+    )
+    nasty = "it's a \\'trap\\' -- ); DROP TABLE v; \n\t naïve 🙂 {\"x\"}"
+    sent = (
+        nasty,
+        msgspec.Raw(b'{"q": "it\'s \\\\ \\"quoted\\"", "n": [1, 2.50]}'),
+        bytes(range(256)),
+        float("-inf"),
+        datetime(2026, 11, 30, 8, 0, 0, 123456, tzinfo=UTC),
+        ["a'b", 'c"d', "e,f", "{g}", "h\\i", ""],
+        uuid.uuid4(),
+        -(2**62),
+        None,
+    )
+    script = Script()
+    script.values(
+        "INSERT INTO v",
+        ["text", "json", "bytea", "float8", "timestamptz", "text[]", "uuid", "int8", "text"],
+        [sent, sent],  # fmt: skip
+    )
+    await script.run(conn)
+    cur = await conn.execute("SELECT t, j::text, b, f, ts, tags, u, n, missing FROM v")
+    for row in await cur.fetchall():
+        assert row == (nasty, bytes(sent[1]).decode(), *sent[2:])
+
+
+def test_what_cannot_be_written_as_text_is_refused() -> None:
+    script = Script()
+    with pytest.raises(Unquotable):
+        script.values("INSERT INTO v", ["text"], [("a\x00b",)])
+    with pytest.raises(Unquotable):
+        script.values("INSERT INTO v", ["json"], [(b'"\xff"',)])
+    with pytest.raises(TypeError, match="object"):
+        script.values("INSERT INTO v", ["text"], [(object(),)])

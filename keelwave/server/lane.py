@@ -17,13 +17,12 @@ import psycopg
 from psycopg import pq
 from psycopg.adapt import PyFormat
 
-from keelwave.server import writes
-from keelwave.server.pgscript import Script, copy_data, prepare
+from keelwave.server import pgscript, writes
+from keelwave.server.pgscript import Script, Unquotable, copy_data, prepare
 
 log = logging.getLogger("keelwave.writer")
 
 BINARY = PyFormat.BINARY
-TEXT = PyFormat.TEXT
 
 Rows = tuple[list[tuple], list[tuple], list[tuple]]  # runs, steps, model calls of a request
 
@@ -34,9 +33,9 @@ STAGES = (
     (2, "kw_stage_traces", writes.TRACE_COLUMNS, writes.INSERT_TRACES),
 )
 
-# Up to this many rows of a kind go inside the script's text, bound client-side by
-# psycopg (about 9 µs a row); more go by COPY (about 1 µs a row, but a round trip).
-INLINE_ROWS = 16
+# Up to this many rows of a kind go inside the script's text (about 3 µs a row to
+# write); more go by COPY (about 1 µs a row, but a round trip of its own).
+INLINE_ROWS = 32
 # A lane empties its staging tables with DELETE at the end of each transaction
 # (cheap) and TRUNCATEs them once this many rows have gone through since the
 # last time (a few hundred microseconds a table), so the dead rows DELETE
@@ -68,7 +67,6 @@ class Lane:
         self._conn: psycopg.AsyncConnection | None = None
         self._staged_since_truncate = 0  # rows through the staging tables since TRUNCATE
         self._prepared: dict[str, str] = {}  # SQL -> name of the statement prepared for it
-        self._binder: psycopg.AsyncClientCursor | None = None  # binds a few rows into SQL
 
     async def commit(self, batch: list[Rows]) -> None:
         """Write the batch in one transaction: one script, a round trip per kind of row
@@ -124,22 +122,17 @@ class Lane:
         if direct is not None:
             steps, runs = direct
             script.add(writes.CHECK_DIRECT_COPY, runs)
-            if len(steps) <= INLINE_ROWS:
-                sql = writes.values_sql("agent_steps", writes.STEP_COLUMNS, len(steps), seq=False)
-                script.add(self._binder.mogrify(sql, [value for row in steps for value in row]))
-            else:
+            insert = writes.insert_sql("agent_steps", writes.STEP_COLUMNS, seq=False)
+            if not _as_values(script, insert, writes.STEP_COLUMNS, steps):
                 types = writes.copy_types(writes.STEP_COLUMNS, seq=False)
                 script.copy(writes.COPY_INTO_STEPS, copy_data(conn, types, steps))
             script.add(writes.STEPS_COPIED, runs)
         for stage, columns, _, rows in parts:
-            if len(rows) <= INLINE_ROWS:
-                sql = writes.values_sql(stage, columns, len(rows))
-                values = [value for seq, row in enumerate(rows) for value in (seq, *row)]
-                script.add(self._binder.mogrify(sql, values))
-                continue
-            numbered = ((seq, *row) for seq, row in enumerate(rows))
-            data = copy_data(conn, writes.copy_types(columns), numbered)
-            script.copy(writes.copy_sql(stage, columns), data)
+            numbered = [(seq, *row) for seq, row in enumerate(rows)]
+            insert = writes.insert_sql(stage, columns)
+            if not _as_values(script, insert, (("seq", "int4"), *columns), numbered):
+                data = copy_data(conn, writes.copy_types(columns), numbered)
+                script.copy(writes.copy_sql(stage, columns), data)
         for *_, statement, _ in parts:
             script.add(statement)
         for statement in self._finish(parts):
@@ -209,6 +202,8 @@ class Lane:
             # one it needs (index probes); PostgreSQL would otherwise plan it afresh
             # for the values of every flush, since they come as literals.
             await conn.execute("SET plan_cache_mode = force_generic_plan")
+            for setting in pgscript.SESSION:  # what writing rows as SQL text relies on
+                await conn.execute(setting)
             for statement in writes.staging_ddl(WRITER_STAGES, emptied_at_commit=False):
                 await conn.execute(statement)
             await conn.execute(writes.GUARD_DDL)
@@ -222,8 +217,7 @@ class Lane:
             bytes_dumper = psycopg.adapters.get_dumper(bytes, BINARY)
             conn.adapters.register_dumper(bytes, bytes_dumper)
             conn.adapters.register_dumper(msgspec.Raw, bytes_dumper)
-            conn.adapters.register_dumper(msgspec.Raw, psycopg.adapters.get_dumper(bytes, TEXT))
-            self._binder = psycopg.AsyncClientCursor(conn)
+
             self._conn = conn
             self._staged_since_truncate = 0
         return self._conn
@@ -235,6 +229,20 @@ class Lane:
             except Exception:  # already broken; nothing to save
                 pass
             self._conn = None
+
+
+def _as_values(
+    script: Script, insert: str, columns: tuple[tuple[str, str], ...], rows: list[tuple]
+) -> bool:
+    """Add ``rows`` to the script as the VALUES of ``insert`` if they are few (and can
+    be written as text); whether it did."""
+    if len(rows) > INLINE_ROWS:
+        return False
+    try:
+        script.values(insert, [kind for _, kind in columns], rows)
+    except Unquotable:
+        return False
+    return True
 
 
 def _direct_steps(steps: list[tuple]) -> tuple[list[tuple], dict[str, list]]:

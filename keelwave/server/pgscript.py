@@ -9,11 +9,13 @@ COPY, asks for its data. A :class:`Script` uses that. Its round trips are
 one per COPY plus one, and PostgreSQL works through the whole transaction
 without waiting for this process, whose event loop is busy with requests.
 
-The price: the simple protocol takes no parameters, so the few values a
-script carries (run ids, counts, lock keys) are written into its text by
-:func:`literal`, which accepts only integers and UUIDs, whose text cannot
-quote or escape anything. Every other value travels in COPY data. And it
-plans every statement every time, unless the statement was prepared on the
+The price: the simple protocol takes no parameters, so values are written
+into the script's text: the few a script carries (run ids, counts, lock keys)
+by :func:`literal`, which accepts only integers and UUIDs, and a few rows by
+:meth:`Script.values`, which quotes the kinds of value ingest produces (see
+:func:`quote`; the connection must use standard_conforming_strings and UTF-8,
+see :data:`SESSION`). Many rows travel in COPY data. And PostgreSQL plans
+every statement every time, unless the statement was prepared on the
 connection (:func:`prepare`): the script then EXECUTEs it.
 
 An error stops the script where it happened; PostgreSQL skips the rest of
@@ -28,13 +30,68 @@ import functools
 import re
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
 
+import msgspec
 import psycopg
 from psycopg import pq
 from psycopg.copy import AsyncWriter
 
 COPY_IN = pq.ExecStatus.COPY_IN
 FATAL_ERROR = pq.ExecStatus.FATAL_ERROR
+
+# What :func:`quote` relies on: a quote is escaped by doubling it, a backslash is
+# an ordinary character, and no multibyte character contains a quote byte.
+SESSION = ("SET standard_conforming_strings = on", "SET client_encoding = 'UTF8'")
+
+
+class Unquotable(ValueError):
+    """A value :func:`quote` will not write into SQL text (send it by COPY instead)."""
+
+
+def _text(value: str) -> str:
+    if "\x00" in value:
+        raise Unquotable("NUL in text")
+    return "'" + value.replace("'", "''") + "'"
+
+
+def quote_json(value: msgspec.Raw | bytes | str | None) -> str:
+    """A JSON document, given as its text or its UTF-8 bytes, as a literal for a json column."""
+    if value is None:
+        return "NULL"
+    if isinstance(value, str):
+        return _text(value)
+    try:
+        return _text(bytes(value).decode("utf-8"))
+    except UnicodeDecodeError as error:
+        raise Unquotable("JSON that is not UTF-8") from error
+
+
+_QUOTE = {
+    type(None): lambda value: "NULL",
+    str: _text,
+    int: str,
+    bool: lambda value: "true" if value else "false",
+    float: lambda value: f"'{value!r}'",  # quoted: inf and nan are words
+    uuid.UUID: lambda value: f"'{value}'",
+    datetime: lambda value: f"'{value.isoformat()}'",
+    bytes: lambda value: f"'\\x{value.hex()}'",
+    msgspec.Raw: quote_json,
+    list: lambda value: f"ARRAY[{', '.join(map(quote, value))}]::text[]" if value else "'{}'",
+}
+
+
+def quote(value: object) -> str:
+    """``value`` as a SQL literal: None, text, numbers, UUIDs, timestamps, bytea,
+    JSON as sent (msgspec.Raw) and lists of text.
+
+    psycopg can do this (ClientCursor.mogrify) for any type, but at 10-25 µs a
+    row it cost more than the round trip it saves; this costs about 3.
+    """
+    try:
+        return _QUOTE[type(value)](value)
+    except KeyError:
+        raise TypeError(f"no SQL literal for {type(value).__name__}") from None
 
 
 def literal(value: int | Iterable[int] | Iterable[uuid.UUID]) -> str:
@@ -129,6 +186,19 @@ class Script:
             params = [params[key] for key in parameters]
         arguments = ", ".join(literal(value) for value in params or ())
         self._statements.append(f"EXECUTE {name}({arguments})" if arguments else f"EXECUTE {name}")
+
+    def values(self, insert: str, kinds: Sequence[str], rows: Iterable[Sequence]) -> None:
+        """``insert`` ("INSERT INTO table (columns)") with ``rows`` as its VALUES;
+        ``kinds`` are the columns' types (for json ones, bytes are the JSON's text).
+
+        Raises Unquotable (and adds nothing) if a value cannot be written as text.
+        """
+        quoters = [quote_json if kind == "json" else quote for kind in kinds]
+        values = ", ".join(
+            f"({', '.join([q(value) for q, value in zip(quoters, row, strict=True)])})"
+            for row in rows
+        )
+        self._statements.append(f"{insert} VALUES {values}")
 
     def copy(self, sql: str, data: list[bytes]) -> None:
         """A COPY ... FROM STDIN statement, and the data to answer it with."""

@@ -150,19 +150,11 @@ def copy_types(columns: tuple[tuple[str, str], ...], seq: bool = True) -> tuple[
     return ("int4", *kinds) if seq else kinds
 
 
-@functools.lru_cache(maxsize=512)
-def values_sql(
-    table: str, columns: tuple[tuple[str, str], ...], rows: int, seq: bool = True
-) -> str:
-    """An INSERT of ``rows`` rows into ``table`` (seq first, if ``seq``), with %s
-    placeholders for psycopg's client-side binding: how a few rows travel inside a
-    script (lane.py), where a COPY would cost a round trip of its own. JSON payloads
-    are bound as the bytes the client sent."""
-    cells = ["%s"] if seq else []
-    cells += ["convert_from(%s, 'UTF8')::json" if kind == "json" else "%s" for _, kind in columns]
-    names = ("seq, " if seq else "") + ", ".join(_names(columns))
-    row = f"({', '.join(cells)})"
-    return f"INSERT INTO {table} ({names}) VALUES {', '.join([row] * rows)}"
+@functools.cache
+def insert_sql(table: str, columns: tuple[tuple[str, str], ...], seq: bool = True) -> str:
+    """The head of an INSERT of ``columns`` (after seq, if ``seq``) into ``table``;
+    a script adds the VALUES of a few rows (lane.py)."""
+    return f"INSERT INTO {table} ({'seq, ' if seq else ''}{', '.join(_names(columns))})"
 
 
 def _cols(columns: tuple[str, ...], prefix: str = "") -> str:

@@ -1,11 +1,11 @@
 """One ingest writer connection, and how it turns a batch into one transaction.
 
 The writer (writer.py) decides what goes together; a lane writes it, as one
-script (pgscript.py): the rows go by binary COPY, the statements of writes.py
-move them in and keep counters and rollups current, and the whole
-transaction costs a round trip per COPY, plus one. Steps are COPYed straight
-into agent_steps when that is safe, other rows into session-local staging
-tables first.
+script (pgscript.py): the rows go by binary COPY, or as VALUES in the script
+when they are few; the statements of writes.py move them in and keep
+counters and rollups current; and the whole transaction costs a round trip
+per COPY, plus one. Steps go straight into agent_steps when that is safe,
+other rows into session-local staging tables first.
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ class Lane:
 
     async def commit(self, batch: list[Rows]) -> None:
         """Write the batch in one transaction: one script, a round trip per kind of row
-        (its COPY) and one for the rest.
+        that is COPYed (more than INLINE_ROWS of it) and one for the rest.
 
         Steps go straight into agent_steps, so PostgreSQL writes each of them
         once, unless the script finds that unsafe (writes.CHECK_DIRECT_COPY:
@@ -111,8 +111,8 @@ class Lane:
         direct: tuple[list[tuple], dict[str, list]] | None = None,
         rollback_first: bool = False,
     ) -> Script:
-        """The transaction as a script: COPY ``parts`` into staging and move them in;
-        with ``direct`` (fresh steps, and their runs' ranges and counts), COPY those
+        """The transaction as a script: write ``parts`` into staging and move them in;
+        with ``direct`` (fresh steps, and their runs' ranges and counts), write those
         steps straight into agent_steps once CHECK_DIRECT_COPY passes."""
         script = Script(self._prepared)
         if rollback_first:

@@ -240,13 +240,13 @@ WITH inserted AS (
     {tool_rollups.stats_of_steps(_LATE_STEPS_NOW)}
 ){_STAGE_STEP_ROLLUPS}"""
 
-# Large batches of steps skip staging (lane.py): they are COPYed straight into
-# agent_steps, in a transaction that first makes sure that is safe. It is not
-# when a step of the batch may be stored already (a retry: some stored step of
-# its run falls in the batch's range of step_index), or when a run of the
-# batch has finished (its late steps change the tool rollups, which staging
-# handles). Then this fails, on the CHECK of the lane's temp table
-# kw_copy_guard, and the lane writes the batch again the staged way.
+# Steps skip staging (lane.py): they are written straight into agent_steps, in a
+# transaction that first makes sure that is safe. It is not when a step of the
+# batch may be stored already (a retry: some stored step of its run falls in the
+# batch's range of step_index), or when a run of the batch has finished (its
+# late steps change the tool rollups, which staging handles). Then this fails,
+# on the CHECK of the lane's temp table kw_copy_guard, and the lane writes the
+# batch again the staged way.
 DIRECT_COPY_GUARD = "kw_direct_copy_unsafe"
 GUARD_DDL = (
     "CREATE TEMP TABLE IF NOT EXISTS kw_copy_guard "
@@ -266,7 +266,7 @@ SELECT true WHERE EXISTS (
     WHERE r.ended_at IS NOT NULL
 )
 """
-# Once they are COPYed, what INSERT_STEPS would have done with them: bump each
+# Once they are in, what INSERT_STEPS would have done with them: bump each
 # run's step count and activity, and its rollup. Runs in the same batch are
 # inserted after this, counting their stored steps.
 STEPS_COPIED = f"""

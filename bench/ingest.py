@@ -99,11 +99,14 @@ class RssSampler:
 
 
 def _children(pid: int) -> list[int]:
-    try:
-        return [int(child) for child in
-                Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]  # fmt: skip
-    except OSError:
-        return []
+    """The processes ``pid`` started, from any of its threads (workers start from one)."""
+    children = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            children += [int(child) for child in (task / "children").read_text().split()]
+        except OSError:
+            pass
+    return children
 
 
 def _rss_mib(pid: int) -> float:

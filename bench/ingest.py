@@ -1,10 +1,11 @@
 """Ingest throughput of `keelwave serve`, against raw COPY into the same table.
 
-    python bench/ingest.py [--seconds 10] [--clients 16] [--batch 100]
+    python bench/ingest.py [--seconds 10] [--clients 16] [--batch 100] [--embedded]
 
 Creates a scratch database on the PostgreSQL at KEELWAVE_BENCH_DATABASE_URL
 (default postgresql://postgres@127.0.0.1:5432/postgres), starts a real
-`keelwave serve` on it, and measures:
+`keelwave serve` on it (with --embedded: `keelwave serve` on its own embedded
+database in a scratch data directory, as a newcomer runs it), and measures:
 
 1. batched ingest: N clients each posting batches of steps in a loop;
 2. single-step ingest: N clients posting one step per request, then single
@@ -27,6 +28,7 @@ import re
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -34,6 +36,9 @@ from pathlib import Path
 
 import aiohttp
 import psycopg
+
+from keelwave.cli.common import redact
+from keelwave.db.embedded import EmbeddedPostgres
 
 ADMIN_URL = os.environ.get(
     "KEELWAVE_BENCH_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -54,12 +59,14 @@ def drop_database(name: str) -> None:
 
 
 def start_server(
-    db_url: str, workers: int | None = None
+    db_url: str | None, workers: int | None = None, data_dir: Path | None = None
 ) -> tuple[subprocess.Popen, str, str | None]:
-    """Start `keelwave serve`; return it, its URL, and the first key if it printed one."""
+    """Start `keelwave serve` on ``db_url`` (or its embedded database in ``data_dir``);
+    return it, its URL, and the first key if it printed one."""
     extra = ["--workers", str(workers)] if workers else []
+    extra += ["--database-url", db_url] if db_url else ["--data-dir", str(data_dir)]
     command = [sys.executable, "-m", "keelwave.cli", "serve", "--port", "0",
-               "--database-url", db_url, "--log-level", "warning", *extra]  # fmt: skip
+               "--log-level", "warning", *extra]  # fmt: skip
     process = subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
     )
@@ -267,24 +274,36 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=None, help="server processes")
     parser.add_argument("--rss", action="store_true", help="report server memory over the run")
     parser.add_argument("--json", help="also write the results to this file (bench/all.py)")
+    parser.add_argument(
+        "--embedded", action="store_true", help="keelwave's embedded database (Unix socket)"
+    )
     args = parser.parse_args()
 
-    name, db_url = scratch_database()
-    process, url, key = start_server(db_url, args.workers)
-    try:
-        with RssSampler(process.pid) as rss:
-            batched = asyncio.run(load(url, key, args.clients, args.batch, args.seconds))
-        single = asyncio.run(load(url, key, args.clients, 1, args.seconds))
-        half = asyncio.run(paced(url, key, single["requests_per_s"] / 2, args.seconds))
-    finally:
-        process.terminate()
-        process.wait()
-    copy_rate = raw_copy(db_url, max(50_000, int(batched["steps_per_s"] * args.seconds)))
-    drop_database(name)
+    with tempfile.TemporaryDirectory(prefix="kw-bench-") as scratch:
+        if args.embedded:
+            name, data_dir = None, Path(scratch)
+            process, url, key = start_server(None, args.workers, data_dir)
+            db_url = EmbeddedPostgres(data_dir).conninfo
+        else:
+            name, db_url = scratch_database()
+            process, url, key = start_server(db_url, args.workers)
+        try:
+            with RssSampler(process.pid) as rss:
+                batched = asyncio.run(load(url, key, args.clients, args.batch, args.seconds))
+            single = asyncio.run(load(url, key, args.clients, 1, args.seconds))
+            half = asyncio.run(paced(url, key, single["requests_per_s"] / 2, args.seconds))
+            # (while the server is up, idle: it owns the embedded database)
+            copy_rate = raw_copy(db_url, max(50_000, int(batched["steps_per_s"] * args.seconds)))
+        finally:
+            process.terminate()
+            process.wait()
+            if name:
+                drop_database(name)
 
+    where = "embedded PostgreSQL" if args.embedded else redact(db_url)
     print(
         f"python: {sys.executable} ({sys.version.split()[0]}); {os.cpu_count()} cores; "
-        f"server workers: {args.workers or 'default (one per core)'}"
+        f"server workers: {args.workers or 'default (one per core)'}; database: {where}"
     )
     print(f"{'workload':<34}{'steps/s':>10}{'req/s':>10}{'p50 ms':>9}{'p99 ms':>9}")
     for label, result in (
@@ -304,7 +323,8 @@ def main() -> None:
         print(f"server RSS during the batched run, MiB, once a second: {series}")
     if args.json:
         results = {"batched": batched, "single": single, "half_rate": half,
-                   "copy_steps_per_s": copy_rate, "rss_mib": rss.samples}  # fmt: skip
+                   "copy_steps_per_s": copy_rate, "rss_mib": rss.samples,
+                   "database": where}  # fmt: skip
         Path(args.json).write_text(json.dumps(results))
 
 

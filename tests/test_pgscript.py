@@ -130,5 +130,5 @@ def test_what_cannot_be_written_as_text_is_refused() -> None:
         script.values("INSERT INTO v", ["text"], [("a\x00b",)])
     with pytest.raises(Unquotable):
         script.values("INSERT INTO v", ["json"], [(b'"\xff"',)])
-    with pytest.raises(TypeError, match="object"):
+    with pytest.raises(Unquotable, match="object"):
         script.values("INSERT INTO v", ["text"], [(object(),)])

@@ -86,12 +86,13 @@ def quote(value: object) -> str:
     JSON as sent (msgspec.Raw) and lists of text.
 
     psycopg can do this (ClientCursor.mogrify) for any type, but at 10-25 µs a
-    row it cost more than the round trip it saves; this costs about 3.
+    row it cost more than the round trip it saves; this costs about 3. Any
+    other type is Unquotable: its rows go by COPY, where psycopg adapts it.
     """
     try:
         return _QUOTE[type(value)](value)
     except KeyError:
-        raise TypeError(f"no SQL literal for {type(value).__name__}") from None
+        raise Unquotable(f"no SQL literal for {type(value).__name__}") from None
 
 
 def literal(value: int | Iterable[int] | Iterable[uuid.UUID]) -> str:

@@ -10,6 +10,7 @@ other rows into session-local staging tables first.
 
 from __future__ import annotations
 
+import functools
 import logging
 
 import msgspec
@@ -123,14 +124,15 @@ class Lane:
             steps, runs = direct
             script.add(writes.CHECK_DIRECT_COPY, runs)
             insert = writes.insert_sql("agent_steps", writes.STEP_COLUMNS, seq=False)
-            if not _as_values(script, insert, writes.STEP_COLUMNS, steps):
+            if not _as_values(script, insert, _kinds(writes.STEP_COLUMNS, seq=False), steps):
                 types = writes.copy_types(writes.STEP_COLUMNS, seq=False)
-                script.copy(writes.COPY_INTO_STEPS, copy_data(conn, types, steps))
+                sql = writes.copy_sql("agent_steps", writes.STEP_COLUMNS, seq=False)
+                script.copy(sql, copy_data(conn, types, steps))
             script.add(writes.STEPS_COPIED, runs)
         for stage, columns, _, rows in parts:
             numbered = [(seq, *row) for seq, row in enumerate(rows)]
             insert = writes.insert_sql(stage, columns)
-            if not _as_values(script, insert, (("seq", "int4"), *columns), numbered):
+            if not _as_values(script, insert, _kinds(columns, seq=True), numbered):
                 data = copy_data(conn, writes.copy_types(columns), numbered)
                 script.copy(writes.copy_sql(stage, columns), data)
         for *_, statement, _ in parts:
@@ -217,7 +219,6 @@ class Lane:
             bytes_dumper = psycopg.adapters.get_dumper(bytes, BINARY)
             conn.adapters.register_dumper(bytes, bytes_dumper)
             conn.adapters.register_dumper(msgspec.Raw, bytes_dumper)
-
             self._conn = conn
             self._staged_since_truncate = 0
         return self._conn
@@ -231,18 +232,22 @@ class Lane:
             self._conn = None
 
 
-def _as_values(
-    script: Script, insert: str, columns: tuple[tuple[str, str], ...], rows: list[tuple]
-) -> bool:
+def _as_values(script: Script, insert: str, kinds: tuple[str, ...], rows: list[tuple]) -> bool:
     """Add ``rows`` to the script as the VALUES of ``insert`` if they are few (and can
     be written as text); whether it did."""
     if len(rows) > INLINE_ROWS:
         return False
     try:
-        script.values(insert, [kind for _, kind in columns], rows)
+        script.values(insert, kinds, rows)
     except Unquotable:
         return False
     return True
+
+
+@functools.cache
+def _kinds(columns: tuple[tuple[str, str], ...], seq: bool) -> tuple[str, ...]:
+    """The column types of rows written as VALUES (seq first, if ``seq``)."""
+    return (("int4",) if seq else ()) + tuple(kind for _, kind in columns)
 
 
 def _direct_steps(steps: list[tuple]) -> tuple[list[tuple], dict[str, list]]:
@@ -256,14 +261,15 @@ def _direct_steps(steps: list[tuple]) -> tuple[list[tuple], dict[str, list]]:
     fresh = []
     runs: dict[tuple[int, int], list] = {}
     for row in steps:
-        project, run, index = row[0].int, row[1].int, row[2]
-        if (project, run, index) in seen:
+        key = (row[0].int, row[1].int, row[2])
+        if key in seen:
             continue
-        seen.add((project, run, index))
+        seen.add(key)
+        index = row[2]
         fresh.append(row)
-        entry = runs.get((project, run))
+        entry = runs.get(key[:2])
         if entry is None:
-            runs[(project, run)] = [row[0], row[1], index, index, 1]
+            runs[key[:2]] = [row[0], row[1], index, index, 1]
             continue
         entry[4] += 1
         if index < entry[2]:

@@ -194,7 +194,7 @@ class Script:
 
         Raises Unquotable (and adds nothing) if a value cannot be written as text.
         """
-        quoters = [quote_json if kind == "json" else quote for kind in kinds]
+        quoters = _quoters(tuple(kinds))
         values = ", ".join(
             f"({', '.join([q(value) for q, value in zip(quoters, row, strict=True)])})"
             for row in rows
@@ -244,6 +244,11 @@ class Script:
                 error = psycopg.errors.error_from_result(result, encoding=conn.info.encoding)
         if error is not None:
             raise error
+
+
+@functools.cache
+def _quoters(kinds: tuple[str, ...]) -> tuple:
+    return tuple(quote_json if kind == "json" else quote for kind in kinds)
 
 
 class _Waiter:

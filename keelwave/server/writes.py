@@ -133,9 +133,11 @@ def _names(columns: tuple[tuple[str, str], ...]) -> tuple[str, ...]:
 
 
 @functools.cache
-def copy_sql(stage: str, columns: tuple[tuple[str, str], ...]) -> str:
-    """COPY into ``stage`` in binary; rows are (seq, *columns), typed by :func:`copy_types`."""
-    return f"COPY {stage} (seq, {', '.join(_names(columns))}) FROM STDIN (FORMAT BINARY)"
+def copy_sql(table: str, columns: tuple[tuple[str, str], ...], seq: bool = True) -> str:
+    """COPY into ``table`` in binary; rows are (seq, *columns) if ``seq``, typed by
+    :func:`copy_types`."""
+    names = ("seq, " if seq else "") + ", ".join(_names(columns))
+    return f"COPY {table} ({names}) FROM STDIN (FORMAT BINARY)"
 
 
 @functools.cache
@@ -274,9 +276,6 @@ WITH per_run AS (
     SELECT * FROM unnest(%(projects)s::uuid[], %(runs)s::uuid[], %(counts)s::int[])
         AS p (project_id, run_id, steps)
 ), {_RUNS_GOT_STEPS}{_STAGE_STEP_ROLLUPS}"""
-COPY_INTO_STEPS = f"COPY agent_steps ({', '.join(_names(STEP_COLUMNS))}) FROM STDIN (FORMAT BINARY)"
-
-
 # New model calls: skip ids already stored; add calls, tokens and cost to their run.
 INSERT_TRACES = f"""
 WITH inserted AS (

@@ -13,7 +13,7 @@ import pytest
 from conftest import Api, Project, make_settings, query
 
 from keelwave.server.app import create_app
-from keelwave.server.pricing import PriceTable, PriceTableError
+from keelwave.server.ingest.pricing import PriceTable, PriceTableError
 
 
 @pytest.fixture

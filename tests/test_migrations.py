@@ -15,7 +15,7 @@ from alembic.config import Config
 from alembic.script import ScriptDirectory
 
 from keelwave.db import migrate
-from keelwave.server import histogram
+from keelwave.server.store import histogram
 
 TABLES = {"projects", "api_keys", "agent_runs", "agent_steps", "ai_traces"}
 REPO = Path(__file__).resolve().parent.parent

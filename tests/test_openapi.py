@@ -9,7 +9,7 @@ from conftest import Api, Project, make_settings
 from openapi_spec_validator import validate
 
 from keelwave.server.app import create_app
-from keelwave.server.openapi import document
+from keelwave.server.http.openapi import document
 
 
 def validator_for(doc: dict, schema: dict) -> jsonschema.Draft202012Validator:

@@ -9,7 +9,7 @@ import msgspec
 import psycopg
 import pytest
 
-from keelwave.server.pgscript import Script, Unquotable, copy_data, literal, prepare
+from keelwave.server.store.pgscript import Script, Unquotable, copy_data, literal, prepare
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ import pytest
 from conftest import Api, Project, make_project, make_settings
 
 from keelwave.server.app import create_app
-from keelwave.server.histogram import ACCURACY
+from keelwave.server.store.histogram import ACCURACY
 
 NOW = datetime.now(UTC)
 REASONS = ["clean", "max_steps_reached", "context_limit", "error", "loop_detected", "timeout"]

@@ -10,8 +10,8 @@ from datetime import UTC, datetime
 import pytest
 from conftest import make_project, query
 
-from keelwave.server import lane as lane_module
-from keelwave.server.writer import IngestWriter, RowsRejected
+from keelwave.server.store import lane as lane_module
+from keelwave.server.store.writer import IngestWriter, RowsRejected
 
 # The sizes below take both ways rows travel: values in the script's text, and COPY.
 assert 4 * 3 <= lane_module.INLINE_ROWS < 70

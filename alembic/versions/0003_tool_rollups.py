@@ -7,14 +7,14 @@ Create Date: 2026-11-30
 agent_tool_rollups holds one row per (project, hour a run started, tool,
 duration bin): the calls, runs, repeated calls and failed calls of finished
 runs, with durations as a log-scale histogram for percentiles. The ingest
-writer, finishes and the reaper keep it current (keelwave/server/tool_rollups.py
+writer, finishes and the reaper keep it current (keelwave/server/store/tool_rollups.py
 explains how); this migration fills it from the runs already finished.
 """
 
 from __future__ import annotations
 
 from alembic import op
-from keelwave.server import tool_rollups
+from keelwave.server.store import tool_rollups
 
 revision = "0003"
 down_revision = "0002"
@@ -29,7 +29,7 @@ def upgrade() -> None:
             project_id      uuid NOT NULL,
             bucket          timestamptz NOT NULL,   -- the hour the runs started in
             tool_name       text NOT NULL,
-            duration_bin    integer NOT NULL,       -- see keelwave/server/histogram.py
+            duration_bin    integer NOT NULL,       -- see keelwave/server/store/histogram.py
             calls           bigint NOT NULL DEFAULT 0,
             runs            bigint NOT NULL DEFAULT 0,
             repeated_calls  bigint NOT NULL DEFAULT 0,

@@ -6,7 +6,7 @@ Create Date: 2026-11-30
 
 agent_duration_rollups holds one row per (project, hour a run started, agent,
 duration bin): how many finished runs of that agent took a duration in that
-bin (keelwave/server/histogram.py). Finishes and the reaper keep it current
+bin (keelwave/server/store/histogram.py). Finishes and the reaper keep it current
 alongside agent_run_rollups; this migration fills it from the runs already
 finished.
 """
@@ -14,7 +14,7 @@ finished.
 from __future__ import annotations
 
 from alembic import op
-from keelwave.server.histogram import bin_sql
+from keelwave.server.store.histogram import bin_sql
 
 revision = "0004"
 down_revision = "0003"
@@ -29,7 +29,7 @@ def upgrade() -> None:
             project_id    uuid NOT NULL,
             bucket        timestamptz NOT NULL,   -- the hour the runs started in
             agent_name    text NOT NULL,
-            duration_bin  integer NOT NULL,       -- see keelwave/server/histogram.py
+            duration_bin  integer NOT NULL,       -- see keelwave/server/store/histogram.py
             runs          bigint NOT NULL DEFAULT 0,
             PRIMARY KEY (project_id, bucket, agent_name, duration_bin)
         )

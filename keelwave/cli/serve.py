@@ -30,7 +30,7 @@ from keelwave.cli.common import (
 from keelwave.db import keys as key_store
 from keelwave.db import migrate as migrations
 from keelwave.server.app import create_app, tune_garbage_collector
-from keelwave.server.pricing import PriceTable, PriceTableError
+from keelwave.server.ingest.pricing import PriceTable, PriceTableError
 from keelwave.settings import Settings
 
 log = logging.getLogger("keelwave")

@@ -31,7 +31,7 @@ from typing import Any
 from aiohttp import web
 
 from keelwave.server.app import create_app, tune_garbage_collector
-from keelwave.server.pricing import PriceTable
+from keelwave.server.ingest.pricing import PriceTable
 from keelwave.settings import Settings
 
 

@@ -15,25 +15,16 @@ import psycopg
 from aiohttp import web
 from psycopg_pool import AsyncConnectionPool
 
-from keelwave.server import (
-    aggregates,
-    appkeys,
-    dashboard,
-    health,
-    ingest,
-    loops,
-    metrics,
-    openapi,
-    runs,
-    tools,
-    writes,
-)
-from keelwave.server.auth import KeyStore
-from keelwave.server.errors import error_middleware
-from keelwave.server.lifecycle import Reaper
-from keelwave.server.metrics import Metrics
-from keelwave.server.pricing import PriceTable
-from keelwave.server.writer import IngestWriter
+from keelwave.server.http import appkeys, dashboard, health, metrics, openapi
+from keelwave.server.http.auth import KeyStore
+from keelwave.server.http.errors import error_middleware
+from keelwave.server.http.metrics import Metrics
+from keelwave.server.ingest import routes as ingest
+from keelwave.server.ingest.pricing import PriceTable
+from keelwave.server.query import aggregates, loops, runs, tools
+from keelwave.server.store import statements
+from keelwave.server.store.reaper import Reaper
+from keelwave.server.store.writer import IngestWriter
 from keelwave.settings import Settings
 
 RECONNECT_SECONDS = 5.0
@@ -142,5 +133,5 @@ async def _configure_connection(conn: psycopg.AsyncConnection) -> None:
     # Always plan with the real parameters: a time window of a week and an empty
     # one need different plans, and a generic plan would scan for both.
     await conn.execute("SET plan_cache_mode = force_custom_plan")
-    for statement in writes.staging_ddl(writes.ROLLUP_STAGES, emptied_at_commit=True):
+    for statement in statements.staging_ddl(statements.ROLLUP_STAGES, emptied_at_commit=True):
         await conn.execute(statement)

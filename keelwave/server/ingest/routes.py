@@ -13,13 +13,12 @@ from datetime import UTC, datetime
 
 from aiohttp import web
 
-from keelwave.server import appkeys, params
-from keelwave.server.auth import INGEST
-from keelwave.server.errors import ApiError, not_found, unavailable
-from keelwave.server.fingerprint import fingerprint
-from keelwave.server.lifecycle import Finish, finish_run, finish_runs
-from keelwave.server.responses import json_response
-from keelwave.server.schemas import (
+from keelwave.server.http import appkeys, params
+from keelwave.server.http.auth import INGEST
+from keelwave.server.http.errors import ApiError, not_found, unavailable
+from keelwave.server.http.responses import json_response
+from keelwave.server.ingest.fingerprint import fingerprint
+from keelwave.server.ingest.schemas import (
     ModelCall,
     RunFinish,
     RunFinishItem,
@@ -32,7 +31,8 @@ from keelwave.server.schemas import (
     payload_as_sent,
     timestamp,
 )
-from keelwave.server.writer import DatabaseUnavailable, Overloaded, RowsRejected, WriterClosed
+from keelwave.server.store.lifecycle import Finish, finish_run, finish_runs
+from keelwave.server.store.writer import DatabaseUnavailable, Overloaded, RowsRejected, WriterClosed
 
 routes = web.RouteTableDef()
 

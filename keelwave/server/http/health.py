@@ -5,8 +5,8 @@ from __future__ import annotations
 import psycopg
 from aiohttp import web
 
-from keelwave.server import appkeys
-from keelwave.server.responses import json_response
+from keelwave.server.http import appkeys
+from keelwave.server.http.responses import json_response
 
 routes = web.RouteTableDef()
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-STATIC_DIR = Path(__file__).resolve().parent.parent / "web" / "static"
+STATIC_DIR = Path(__file__).resolve().parents[2] / "web" / "static"
 
 # The SPA loads only its own files and talks only to its own origin.
 CONTENT_SECURITY_POLICY = (

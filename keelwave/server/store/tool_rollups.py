@@ -14,7 +14,7 @@ Durations are kept as a log-scale histogram (histogram.py).
 
 from __future__ import annotations
 
-from keelwave.server.histogram import bin_sql
+from keelwave.server.store.histogram import bin_sql
 
 COUNTERS = ("calls", "runs", "repeated_calls", "error_calls")
 

@@ -27,8 +27,8 @@ import functools
 
 import psycopg
 
-from keelwave.server import tool_rollups
-from keelwave.server.histogram import bin_sql
+from keelwave.server.store import tool_rollups
+from keelwave.server.store.histogram import bin_sql
 
 GROUP_LOCKS = 0x6B77  # 'kw': pg_advisory_xact_lock(int, int) namespace of run groups
 RUN_LOCKS = 0x6B78  # namespace of single runs

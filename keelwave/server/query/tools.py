@@ -19,10 +19,11 @@ from typing import Any
 
 from aiohttp import web
 
-from keelwave.server import appkeys, histogram, params, tool_rollups
-from keelwave.server.aggregates import HOUR, floor_hour, rate
-from keelwave.server.params import Window
-from keelwave.server.responses import json_response
+from keelwave.server.http import appkeys, params
+from keelwave.server.http.params import Window
+from keelwave.server.http.responses import json_response
+from keelwave.server.query.aggregates import HOUR, floor_hour, rate
+from keelwave.server.store import histogram, tool_rollups
 
 routes = web.RouteTableDef()
 

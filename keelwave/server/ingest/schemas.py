@@ -20,7 +20,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta, Raw, Struct
 
-from keelwave.server.errors import ApiError
+from keelwave.server.http.errors import ApiError
 
 TERMINATION_REASONS = (
     "clean",

@@ -5,10 +5,10 @@ from __future__ import annotations
 from aiohttp import web
 from psycopg_pool import AsyncConnectionPool
 
-from keelwave.server.auth import KeyStore
-from keelwave.server.metrics import Metrics
-from keelwave.server.pricing import PriceTable
-from keelwave.server.writer import IngestWriter
+from keelwave.server.http.auth import KeyStore
+from keelwave.server.http.metrics import Metrics
+from keelwave.server.ingest.pricing import PriceTable
+from keelwave.server.store.writer import IngestWriter
 from keelwave.settings import Settings
 
 SETTINGS = web.AppKey("settings", Settings)

@@ -15,11 +15,11 @@ from typing import Any
 from aiohttp import web
 from psycopg.rows import dict_row
 
-from keelwave.server import appkeys, params
-from keelwave.server.errors import not_found
-from keelwave.server.loops import LOOPS_SQL, RUN_EXISTS_SQL, loop_group
-from keelwave.server.responses import json_response
-from keelwave.server.schemas import TERMINATION_REASONS
+from keelwave.server.http import appkeys, params
+from keelwave.server.http.errors import not_found
+from keelwave.server.http.responses import json_response
+from keelwave.server.ingest.schemas import TERMINATION_REASONS
+from keelwave.server.query.loops import LOOPS_SQL, RUN_EXISTS_SQL, loop_group
 
 routes = web.RouteTableDef()
 

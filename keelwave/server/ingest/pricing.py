@@ -44,7 +44,7 @@ class PriceTable:
 
     @classmethod
     def load(cls, override: Path | None = None) -> PriceTable:
-        shipped = json.loads(files("keelwave.server").joinpath("prices.json").read_text())
+        shipped = json.loads(files("keelwave.server.ingest").joinpath("prices.json").read_text())
         prices = _parse(shipped, "the shipped price table")
         if override is not None:
             try:

@@ -15,8 +15,9 @@ from datetime import UTC, datetime, timedelta
 
 from aiohttp import web
 
-from keelwave.server.auth import READ, Principal
-from keelwave.server.errors import ApiError, not_found
+from keelwave.server.http import appkeys
+from keelwave.server.http.auth import READ, Principal
+from keelwave.server.http.errors import ApiError, not_found
 
 WINDOWS = ("15m", "1h", "6h", "24h", "7d", "30d")
 _DURATION = re.compile(r"^(\d{1,4})(m|h|d)$")
@@ -46,15 +47,11 @@ def run_id_of(request: web.Request) -> uuid.UUID:
 
 async def read_project(request: web.Request) -> str:
     """Check the key (scope read or all) and return the project in the path."""
-    from keelwave.server import appkeys  # here: appkeys imports the app's parts
-
     principal = await request.app[appkeys.KEYSTORE].authenticate(request, READ)
     return project_of(request, principal)
 
 
 def stall_after(request: web.Request) -> timedelta:
-    from keelwave.server import appkeys
-
     return timedelta(seconds=request.app[appkeys.SETTINGS].stall_after_seconds)
 
 

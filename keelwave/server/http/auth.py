@@ -25,7 +25,7 @@ from aiohttp import web
 from psycopg_pool import AsyncConnectionPool
 
 from keelwave.db.keys import KEY_PREFIX, KEYS_CHANNEL, hash_key
-from keelwave.server.errors import ApiError
+from keelwave.server.http.errors import ApiError
 
 log = logging.getLogger("keelwave.auth")
 

@@ -15,7 +15,7 @@ import psycopg
 import psycopg_pool
 from aiohttp import web
 
-from keelwave.server.responses import json_response
+from keelwave.server.http.responses import json_response
 
 log = logging.getLogger("keelwave.server")
 

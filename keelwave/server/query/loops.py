@@ -11,11 +11,11 @@ import base64
 
 from aiohttp import web
 
-from keelwave.server import appkeys
-from keelwave.server.auth import ANY, READ
-from keelwave.server.errors import not_found
-from keelwave.server.params import project_of, run_id_of
-from keelwave.server.responses import json_response
+from keelwave.server.http import appkeys
+from keelwave.server.http.auth import ANY, READ
+from keelwave.server.http.errors import not_found
+from keelwave.server.http.params import project_of, run_id_of
+from keelwave.server.http.responses import json_response
 
 routes = web.RouteTableDef()
 

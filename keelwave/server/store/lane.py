@@ -2,7 +2,7 @@
 
 The writer (writer.py) decides what goes together; a lane writes it, as one
 script (pgscript.py): the rows go by binary COPY, or as VALUES in the script
-when they are few; the statements of writes.py move them in and keep
+when they are few; the SQL of statements.py moves them in and keep
 counters and rollups current; and the whole transaction costs a round trip
 per COPY, plus one. Steps go straight into agent_steps when that is safe,
 other rows into session-local staging tables first.
@@ -18,8 +18,8 @@ import psycopg
 from psycopg import pq
 from psycopg.adapt import PyFormat
 
-from keelwave.server import pgscript, writes
-from keelwave.server.pgscript import Script, Unquotable, copy_data, prepare
+from keelwave.server.store import pgscript, statements
+from keelwave.server.store.pgscript import Script, Unquotable, copy_data, prepare
 
 log = logging.getLogger("keelwave.writer")
 
@@ -29,9 +29,9 @@ Rows = tuple[list[tuple], list[tuple], list[tuple]]  # runs, steps, model calls 
 
 # (position in Rows, staging table, columns, statement moving them in)
 STAGES = (
-    (0, "kw_stage_runs", writes.RUN_COLUMNS, writes.INSERT_RUNS),
-    (1, "kw_stage_steps", writes.STEP_COLUMNS, writes.INSERT_STEPS),
-    (2, "kw_stage_traces", writes.TRACE_COLUMNS, writes.INSERT_TRACES),
+    (0, "kw_stage_runs", statements.RUN_COLUMNS, statements.INSERT_RUNS),
+    (1, "kw_stage_steps", statements.STEP_COLUMNS, statements.INSERT_STEPS),
+    (2, "kw_stage_traces", statements.TRACE_COLUMNS, statements.INSERT_TRACES),
 )
 
 # Up to this many rows of a kind go inside the script's text (about 3 µs a row to
@@ -44,18 +44,22 @@ INLINE_ROWS = 32
 TRUNCATE_STAGES_AFTER_ROWS = 2_000
 # The staging tables the writer fills (run-duration histograms change only when
 # runs finish, in lifecycle.py, so the writer never stages them).
-WRITER_STAGES = (*writes.ROW_STAGES, *writes.ROLLUP_STAGES[:1], *writes.ROLLUP_STAGES[2:])
+WRITER_STAGES = (
+    *statements.ROW_STAGES,
+    *statements.ROLLUP_STAGES[:1],
+    *statements.ROLLUP_STAGES[2:],
+)
 # What scripts run on every flush, prepared once per connection.
 PREPARED = {
-    "kw_lock_groups": writes.LOCK_GROUPS_SQL,
-    "kw_lock_runs": writes.LOCK_RUNS_SQL,
-    "kw_check_direct_copy": writes.CHECK_DIRECT_COPY,
-    "kw_steps_copied": writes.STEPS_COPIED,
-    "kw_insert_runs": writes.INSERT_RUNS,
-    "kw_insert_steps": writes.INSERT_STEPS,
-    "kw_insert_traces": writes.INSERT_TRACES,
-    "kw_merge_run_rollups": writes.MERGE_RUN_ROLLUPS,
-    "kw_merge_tool_rollups": writes.MERGE_TOOL_ROLLUPS,
+    "kw_lock_groups": statements.LOCK_GROUPS_SQL,
+    "kw_lock_runs": statements.LOCK_RUNS_SQL,
+    "kw_check_direct_copy": statements.CHECK_DIRECT_COPY,
+    "kw_steps_copied": statements.STEPS_COPIED,
+    "kw_insert_runs": statements.INSERT_RUNS,
+    "kw_insert_steps": statements.INSERT_STEPS,
+    "kw_insert_traces": statements.INSERT_TRACES,
+    "kw_merge_run_rollups": statements.MERGE_RUN_ROLLUPS,
+    "kw_merge_tool_rollups": statements.MERGE_TOOL_ROLLUPS,
 }
 
 
@@ -74,7 +78,7 @@ class Lane:
         that is COPYed (more than INLINE_ROWS of it) and one for the rest.
 
         Steps go straight into agent_steps, so PostgreSQL writes each of them
-        once, unless the script finds that unsafe (writes.CHECK_DIRECT_COPY:
+        once, unless the script finds that unsafe (statements.CHECK_DIRECT_COPY:
         a step may be stored already, or its run has finished). The same
         batch is then written again with every row staged.
         """
@@ -84,7 +88,7 @@ class Lane:
             for position, stage, columns, statement in STAGES
         ]
         parts = [part for part in parts if part[3]]
-        locks = writes.lock_statement(_runs_touched(batch))
+        locks = statements.lock_statement(_runs_touched(batch))
         steps = next((rows for stage, *_, rows in parts if stage == "kw_stage_steps"), None)
         try:
             if steps is None:
@@ -94,7 +98,7 @@ class Lane:
             try:
                 await self._script(conn, locks, staged, _direct_steps(steps)).run(conn)
             except psycopg.errors.CheckViolation as error:
-                if error.diag.constraint_name != writes.DIRECT_COPY_GUARD:
+                if error.diag.constraint_name != statements.DIRECT_COPY_GUARD:
                     raise
                 await self._script(conn, locks, parts, rollback_first=True).run(conn)
         except psycopg.errors.InvalidSqlStatementName:
@@ -122,19 +126,19 @@ class Lane:
         script.add(*locks)
         if direct is not None:
             steps, runs = direct
-            script.add(writes.CHECK_DIRECT_COPY, runs)
-            insert = writes.insert_sql("agent_steps", writes.STEP_COLUMNS, seq=False)
-            if not _as_values(script, insert, _kinds(writes.STEP_COLUMNS, seq=False), steps):
-                types = writes.copy_types(writes.STEP_COLUMNS, seq=False)
-                sql = writes.copy_sql("agent_steps", writes.STEP_COLUMNS, seq=False)
+            script.add(statements.CHECK_DIRECT_COPY, runs)
+            insert = statements.insert_sql("agent_steps", statements.STEP_COLUMNS, seq=False)
+            if not _as_values(script, insert, _kinds(statements.STEP_COLUMNS, seq=False), steps):
+                types = statements.copy_types(statements.STEP_COLUMNS, seq=False)
+                sql = statements.copy_sql("agent_steps", statements.STEP_COLUMNS, seq=False)
                 script.copy(sql, copy_data(conn, types, steps))
-            script.add(writes.STEPS_COPIED, runs)
+            script.add(statements.STEPS_COPIED, runs)
         for stage, columns, _, rows in parts:
             numbered = [(seq, *row) for seq, row in enumerate(rows)]
-            insert = writes.insert_sql(stage, columns)
+            insert = statements.insert_sql(stage, columns)
             if not _as_values(script, insert, _kinds(columns, seq=True), numbered):
-                data = copy_data(conn, writes.copy_types(columns), numbered)
-                script.copy(writes.copy_sql(stage, columns), data)
+                data = copy_data(conn, statements.copy_types(columns), numbered)
+                script.copy(statements.copy_sql(stage, columns), data)
         for *_, statement, _ in parts:
             script.add(statement)
         for statement in self._finish(parts):
@@ -147,18 +151,18 @@ class Lane:
         # The writer stages run rollups, and tool rollups for late steps; run-duration
         # histograms change only when runs finish (lifecycle.py).
         has_steps = any(stage == "kw_stage_steps" for stage, *_ in parts)
-        statements = [writes.MERGE_RUN_ROLLUPS]
+        tail = [statements.MERGE_RUN_ROLLUPS]
         if has_steps:
-            statements.append(writes.MERGE_TOOL_ROLLUPS)
+            tail.append(statements.MERGE_TOOL_ROLLUPS)
         if self._truncate_now(parts):
-            statements.append(f"TRUNCATE {', '.join(name for name, *_ in WRITER_STAGES)}")
+            tail.append(f"TRUNCATE {', '.join(name for name, *_ in WRITER_STAGES)}")
         else:
-            statements += [f"DELETE FROM {stage}" for stage, *_ in parts]
-            statements.append("DELETE FROM kw_stage_rollups")
+            tail += [f"DELETE FROM {stage}" for stage, *_ in parts]
+            tail.append("DELETE FROM kw_stage_rollups")
             if has_steps:
-                statements.append("DELETE FROM kw_stage_tools")
-        statements.append("COMMIT")
-        return statements
+                tail.append("DELETE FROM kw_stage_tools")
+        tail.append("COMMIT")
+        return tail
 
     def _truncate_now(self, parts: list[tuple]) -> bool:
         """Whether this transaction should TRUNCATE the staging tables it fills with ``parts``."""
@@ -206,9 +210,9 @@ class Lane:
             await conn.execute("SET plan_cache_mode = force_generic_plan")
             for setting in pgscript.SESSION:  # what writing rows as SQL text relies on
                 await conn.execute(setting)
-            for statement in writes.staging_ddl(WRITER_STAGES, emptied_at_commit=False):
+            for statement in statements.staging_ddl(WRITER_STAGES, emptied_at_commit=False):
                 await conn.execute(statement)
-            await conn.execute(writes.GUARD_DDL)
+            await conn.execute(statements.GUARD_DDL)
             # Scripts EXECUTE these instead of planning them on every flush.
             self._prepared = await prepare(conn, PREPARED)
             # Binary COPY picks each column's dumper by type OID, and for bytea that is

@@ -14,7 +14,7 @@ why there is no unique index): a run (project, id), a step (project, run,
 step_index) or a model call (project, id) already stored, or repeated within
 the batch, is skipped; the first copy wins. How a lane writes a batch is in
 lane.py; the statements, which also keep run counters and rollups current,
-and how transactions avoid deadlocks, in writes.py.
+and how transactions avoid deadlocks, in statements.py.
 
 Failures: if the database is unreachable, every request in the batch gets
 :class:`DatabaseUnavailable` (503, retry); nothing was acknowledged, so nothing
@@ -31,11 +31,11 @@ import logging
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import psycopg
 
-from keelwave.server.lane import STAGES, Lane, Rows
-from keelwave.server.metrics import Metrics
+from keelwave.server.store.lane import STAGES, Lane, Rows
 
 log = logging.getLogger("keelwave.writer")
 
@@ -45,6 +45,25 @@ TABLE_OF_STAGE = {
     "kw_stage_steps": "agent_steps",
     "kw_stage_traces": "ai_traces",
 }
+
+
+class WriterEvents(Protocol):
+    """What the writer reports as it works (the HTTP layer's metrics record it).
+
+    A protocol, not the metrics class itself: the store knows nothing of HTTP.
+    """
+
+    def flushed(self, seconds: float, rows_by_table: dict[str, int]) -> None: ...
+
+    def database_error(self, kind: str) -> None: ...
+
+
+class _NoEvents:
+    def flushed(self, seconds: float, rows_by_table: dict[str, int]) -> None:
+        pass
+
+    def database_error(self, kind: str) -> None:
+        pass
 
 
 class DatabaseUnavailable(Exception):
@@ -80,9 +99,9 @@ class IngestWriter:
         buffer_max_rows: int,
         connect_timeout: int = 5,
         lanes: int = 2,
-        metrics: Metrics | None = None,
+        metrics: WriterEvents | None = None,
     ) -> None:
-        self._metrics = metrics or Metrics()
+        self._metrics = metrics or _NoEvents()
         self._flush_max_rows = flush_max_rows
         self._buffer_max_rows = buffer_max_rows
         self._queue: deque[Submission] = deque()

@@ -1,0 +1,2 @@
+"""What every request meets: errors, responses, parameters, authentication, metrics,
+health checks, the dashboard and the API document."""

@@ -1,0 +1,1 @@
+"""The read API: runs, their steps, loops and model calls; aggregates; tool statistics."""

@@ -13,6 +13,8 @@ import platformdirs
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from keelwave import protocol
+
 
 def default_data_dir() -> Path:
     """The platform's per-user data directory, e.g. ``~/.local/share/keelwave``."""
@@ -43,7 +45,7 @@ class Settings(BaseSettings):
         description="Server processes sharing the port; unset: one per core.",
     )
     max_body_bytes: int = Field(
-        default=10 * 1024 * 1024,
+        default=protocol.DEFAULT_MAX_BODY_BYTES,
         ge=1024,
         description="Largest request body accepted; larger bodies get 413.",
     )

@@ -11,8 +11,8 @@ from typing import Any
 from aiohttp import web
 
 from keelwave import __version__
+from keelwave.protocol import CALL_STATUSES, STEP_TYPES, TERMINATION_REASONS
 from keelwave.server.http.responses import json_response
-from keelwave.server.ingest.schemas import CALL_STATUSES, STEP_TYPES, TERMINATION_REASONS
 
 routes = web.RouteTableDef()
 

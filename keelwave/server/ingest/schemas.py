@@ -20,30 +20,29 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta, Raw, Struct
 
-from keelwave.server.http.errors import ApiError
-
-TERMINATION_REASONS = (
-    "clean",
-    "max_steps_reached",
-    "context_limit",
-    "error",
-    "loop_detected",
-    "timeout",
+from keelwave.protocol import (
+    AMOUNT_MAX,
+    CALL_STATUSES,
+    MAX_TAGS,
+    NAME_MAX_LENGTH,
+    STEP_INDEX_MAX,
+    STEP_TYPES,
+    TERMINATION_REASONS,
+    TOKEN_COUNT_MAX,
 )
-STEP_TYPES = ("tool_call", "llm_call", "think", "replan", "custom")
-CALL_STATUSES = ("ok", "error")
+from keelwave.server.http.errors import ApiError
 
 TerminationReason = Literal[TERMINATION_REASONS]  # type: ignore[valid-type]
 StepType = Literal[STEP_TYPES]  # type: ignore[valid-type]
 CallStatus = Literal[CALL_STATUSES]  # type: ignore[valid-type]
 
 # Names that identify something (agents, tools, models): short, no NUL.
-Name = Annotated[str, Meta(min_length=1, max_length=256)]
-Tag = Annotated[str, Meta(min_length=1, max_length=256)]
-StepIndex = Annotated[int, Meta(ge=0, le=2**31 - 1)]
-TokenCount = Annotated[int, Meta(ge=0, le=2**53)]
+Name = Annotated[str, Meta(min_length=1, max_length=NAME_MAX_LENGTH)]
+Tag = Annotated[str, Meta(min_length=1, max_length=NAME_MAX_LENGTH)]
+StepIndex = Annotated[int, Meta(ge=0, le=STEP_INDEX_MAX)]
+TokenCount = Annotated[int, Meta(ge=0, le=TOKEN_COUNT_MAX)]
 # Finite and non-negative; msgspec turns 1e999 into an "out of range" error.
-Amount = Annotated[float, Meta(ge=0, le=1e15)]
+Amount = Annotated[float, Meta(ge=0, le=AMOUNT_MAX)]
 
 ABSENT = Raw()  # a payload field that was not sent (as opposed to JSON null)
 
@@ -55,7 +54,7 @@ class RunStart(Struct, kw_only=True):
     parent_run_id: uuid.UUID | None = None
     input: Raw = ABSENT
     metadata: Raw = ABSENT
-    tags: Annotated[list[Tag], Meta(max_length=64)] = []
+    tags: Annotated[list[Tag], Meta(max_length=MAX_TAGS)] = []
 
 
 class RunFinish(Struct, kw_only=True):

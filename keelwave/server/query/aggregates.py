@@ -19,10 +19,10 @@ from typing import Any
 from aiohttp import web
 from psycopg import AsyncConnection
 
+from keelwave.protocol import TERMINATION_REASONS
 from keelwave.server.http import appkeys, params
 from keelwave.server.http.params import Window
 from keelwave.server.http.responses import json_response
-from keelwave.server.ingest.schemas import TERMINATION_REASONS
 from keelwave.server.store import histogram
 from keelwave.server.store.statements import ROLLUP_COUNTERS
 

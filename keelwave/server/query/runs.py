@@ -15,10 +15,10 @@ from typing import Any
 from aiohttp import web
 from psycopg.rows import dict_row
 
+from keelwave.protocol import TERMINATION_REASONS
 from keelwave.server.http import appkeys, params
 from keelwave.server.http.errors import not_found
 from keelwave.server.http.responses import json_response
-from keelwave.server.ingest.schemas import TERMINATION_REASONS
 from keelwave.server.query.loops import LOOPS_SQL, RUN_EXISTS_SQL, loop_group
 
 routes = web.RouteTableDef()

@@ -64,7 +64,7 @@ def create_app(
     app.cleanup_ctx.append(_database)
     if settings.metrics_port:
         app.cleanup_ctx.append(lambda app: metrics.serve(recorder, settings.metrics_port))
-    app[appkeys.PRICES] = prices or PriceTable.load(settings.prices_file)
+    app[ingest.PRICES] = prices or PriceTable.load(settings.prices_file)
     app.add_routes(health.routes)
     app.add_routes(ingest.routes)
     app.add_routes(loops.routes)

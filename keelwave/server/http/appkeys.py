@@ -1,4 +1,9 @@
-"""Typed keys for what the application object carries (aiohttp's web.AppKey)."""
+"""Typed keys for what the application object carries (aiohttp's web.AppKey).
+
+The keys every layer reads are here; a package's own resources keep their key
+in that package (the ingest price table in ``ingest.pricing``), so that reading
+this module makes query code depend on nothing of ingest.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +12,6 @@ from psycopg_pool import AsyncConnectionPool
 
 from keelwave.server.http.auth import KeyStore
 from keelwave.server.http.metrics import Metrics
-from keelwave.server.ingest.pricing import PriceTable
 from keelwave.server.store.writer import IngestWriter
 from keelwave.settings import Settings
 
@@ -16,5 +20,4 @@ CONNINFO = web.AppKey("conninfo", str)
 POOL = web.AppKey("pool", AsyncConnectionPool)
 WRITER = web.AppKey("writer", IngestWriter)
 KEYSTORE = web.AppKey("keystore", KeyStore)
-PRICES = web.AppKey("prices", PriceTable)
 METRICS = web.AppKey("metrics", Metrics)

@@ -18,6 +18,7 @@ from keelwave.server.http.auth import INGEST
 from keelwave.server.http.errors import ApiError, not_found, unavailable
 from keelwave.server.http.responses import json_response
 from keelwave.server.ingest.fingerprint import fingerprint
+from keelwave.server.ingest.pricing import PriceTable
 from keelwave.server.ingest.schemas import (
     ModelCall,
     RunFinish,
@@ -35,6 +36,9 @@ from keelwave.server.store.lifecycle import Finish, finish_run, finish_runs
 from keelwave.server.store.writer import DatabaseUnavailable, Overloaded, RowsRejected, WriterClosed
 
 routes = web.RouteTableDef()
+
+# Ingest's own resource: the price table that costs model calls sent without a cost.
+PRICES = web.AppKey("prices", PriceTable)
 
 
 async def _body(request: web.Request) -> bytes:
@@ -199,7 +203,7 @@ async def ingest_model_calls(request: web.Request) -> web.Response:
     principal = await request.app[appkeys.KEYSTORE].authenticate(request, INGEST)
     calls, is_array = _as_list(decode(await _body(request), ModelCall | list[ModelCall]))
     now = datetime.now(UTC)
-    prices = request.app[appkeys.PRICES]
+    prices = request.app[PRICES]
     rows = []
     ids = []
     for position, call in enumerate(calls):

@@ -433,5 +433,5 @@ async def test_offsets_postgresql_cannot_store_are_converted_to_utc(
     assert status == 200, answer
     _, run, _ = await api.get(f"/v1/projects/{project.id}/agent/runs/{run_id}",
                               headers=project.auth("read"))  # fmt: skip
-    assert run["data"]["ended_at"] == "2026-12-01T04:40:00+00:00"
+    assert run["data"]["ended_at"] == "2026-12-01T04:40:00Z"  # RFC 3339, in UTC
     assert run["data"]["duration_ms"] == 20 * 3600_000 + 40 * 60_000

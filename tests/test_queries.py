@@ -258,7 +258,7 @@ async def test_health_per_agent(loaded) -> None:
         assert row["cost_usd"] == approx(sum(run.cost for run in mine))
         durations = [run.duration_ms for run in mine if run.reason]
         assert row["p95_duration_ms"] == approx(percentile(durations, 0.95))
-        assert row["last_run_at"] == max(run.started for run in mine).isoformat()
+        assert datetime.fromisoformat(row["last_run_at"]) == max(run.started for run in mine)
     assert {row["agent_name"] for row in body["data"]} == {run.agent for run in runs}
 
 

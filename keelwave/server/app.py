@@ -29,6 +29,24 @@ from keelwave.settings import Settings
 
 RECONNECT_SECONDS = 5.0
 
+# Every API route, by resource. Order matters where paths overlap: aggregates
+# before runs, so /runs/timeseries and /runs/terminations are not /runs/{run_id}.
+ROUTE_TABLES = (
+    health.routes,
+    ingest.routes,
+    loops.routes,
+    openapi.routes,
+    aggregates.routes,
+    runs.routes,
+    tools.routes,
+)
+
+
+def api_document() -> dict:
+    """The OpenAPI document of every route (served at /v1/openapi.json, committed as
+    docs/openapi.json)."""
+    return openapi.document(ROUTE_TABLES)
+
 
 def tune_garbage_collector() -> None:
     """Collect young objects less often, and leave what startup made out of every pass.
@@ -65,14 +83,9 @@ def create_app(
     if settings.metrics_port:
         app.cleanup_ctx.append(lambda app: metrics.serve(recorder, settings.metrics_port))
     app[ingest.PRICES] = prices or PriceTable.load(settings.prices_file)
-    app.add_routes(health.routes)
-    app.add_routes(ingest.routes)
-    app.add_routes(loops.routes)
-    app.add_routes(openapi.routes)
-    # Before runs: /runs/timeseries and /runs/terminations must not match /runs/{run_id}.
-    app.add_routes(aggregates.routes)
-    app.add_routes(runs.routes)
-    app.add_routes(tools.routes)
+    for table in ROUTE_TABLES:
+        app.add_routes(table)
+    app[openapi.DOCUMENT] = api_document()
     dashboard.setup(app)  # last: it answers every path the API does not
     return app
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 
+import msgspec
 import psycopg
 import psycopg_pool
 from aiohttp import web
@@ -29,6 +30,18 @@ _HTTP_CODES = {
     413: "payload_too_large",
     415: "unsupported_media_type",
 }
+
+
+class ErrorDetail(msgspec.Struct, omit_defaults=True):
+    code: str
+    message: str
+    field: str | msgspec.UnsetType = msgspec.UNSET
+
+
+class Error(msgspec.Struct):
+    """Every failure a client can cause: 4xx, or 503 with Retry-After."""
+
+    error: ErrorDetail
 
 
 class ApiError(Exception):
@@ -50,10 +63,9 @@ class ApiError(Exception):
         self.headers = headers or {}
 
     def response(self) -> web.Response:
-        body: dict[str, str] = {"code": self.code, "message": self.message}
-        if self.field is not None:
-            body["field"] = self.field
-        return json_response({"error": body}, status=self.status, headers=self.headers)
+        field = msgspec.UNSET if self.field is None else self.field
+        body = Error(ErrorDetail(self.code, self.message, field))
+        return json_response(body, status=self.status, headers=self.headers)
 
 
 def not_found(what: str) -> ApiError:

@@ -2,22 +2,31 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
+import msgspec
 import psycopg
 from aiohttp import web
 
 from keelwave.server.http import appkeys
+from keelwave.server.http.operations import ApiRoutes
 from keelwave.server.http.responses import json_response
 
-routes = web.RouteTableDef()
+routes = ApiRoutes("health")
 
 
-@routes.get("/healthz")
+class HealthCheck(msgspec.Struct, omit_defaults=True):
+    status: Literal["ok", "ready", "unavailable"]
+    reason: str | msgspec.UnsetType = msgspec.UNSET
+
+
+@routes.get("/healthz", summary="Liveness", response=HealthCheck, secured=False)
 async def healthz(request: web.Request) -> web.Response:
     """The process is up and answering."""
-    return json_response({"status": "ok"})
+    return json_response(HealthCheck("ok"))
 
 
-@routes.get("/readyz")
+@routes.get("/readyz", summary="Readiness", response=HealthCheck, secured=False, also=(503,))
 async def readyz(request: web.Request) -> web.Response:
     """The database answers: ingest and queries can work.
 
@@ -31,8 +40,8 @@ async def readyz(request: web.Request) -> web.Response:
             await conn.execute("SELECT 1")
     except Exception as error:  # any failure to reach the database means "not ready"
         return json_response(
-            {"status": "unavailable", "reason": f"database unreachable: {type(error).__name__}"},
+            HealthCheck("unavailable", f"database unreachable: {type(error).__name__}"),
             status=503,
             headers={"Retry-After": str(request.app[appkeys.SETTINGS].retry_after_seconds)},
         )
-    return json_response({"status": "ready"})
+    return json_response(HealthCheck("ready"))

@@ -12,17 +12,30 @@ import re
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Annotated
 
 from aiohttp import web
+from msgspec import Meta
 
 from keelwave.server.http import appkeys
 from keelwave.server.http.auth import READ, Principal
 from keelwave.server.http.errors import ApiError, not_found
+from keelwave.server.http.operations import Param
 
 WINDOWS = ("15m", "1h", "6h", "24h", "7d", "30d")
 _DURATION = re.compile(r"^(\d{1,4})(m|h|d)$")
 _UNITS = {"m": 60, "h": 3600, "d": 86400}
 MAX_SPAN = timedelta(days=400)
+
+# How the parameters parsed here are documented (operations.py, openapi.py).
+Duration = Annotated[str, Meta(pattern=r"^\d{1,4}(m|h|d)$", description="1-9999 m, h or d")]
+Moment = Annotated[str, Meta(extra_json_schema={"format": "date-time"})]
+WINDOW_QUERY = (
+    Param("window", Duration, f"{', '.join(WINDOWS)}…, ending now (default 24h); at most 400d."),
+    Param("since", Moment, "Start of the range, ISO 8601 (instead of window)."),
+    Param("until", Moment, "End of the range (default now)."),
+)
+CURSOR_QUERY = Param("cursor", str, "next_cursor of the previous page.")
 
 
 def invalid(field: str, message: str) -> ApiError:
@@ -89,8 +102,8 @@ class Window:
     def previous(self) -> Window:
         return Window(self.since - self.span, self.since)
 
-    def as_json(self) -> dict[str, str]:
-        return {"since": self.since.isoformat(), "until": self.until.isoformat()}
+    def bounds(self) -> dict[str, datetime]:
+        return {"since": self.since, "until": self.until}
 
 
 def window(request: web.Request, default: str | None = "24h") -> Window | None:

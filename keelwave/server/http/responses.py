@@ -1,31 +1,35 @@
-"""JSON responses: what PostgreSQL hands back (Decimal, datetime, UUID) as JSON."""
+"""JSON responses, encoded by msgspec.
+
+``respond(kind, body)`` passes the answer through its declared type first:
+the dicts that query handlers assemble from database rows become the Structs
+the API document is generated from, so an answer that does not match its
+documented type is a loud error in the tests, not a silent drift. Ingest
+handlers build their Structs directly (no conversion on the hot path).
+"""
 
 from __future__ import annotations
 
-import json
-import uuid
-from datetime import datetime
-from decimal import Decimal
-from typing import Any
+from typing import Any, TypeVar
 
+import msgspec
 from aiohttp import web
 
+T = TypeVar("T")
 
-def _default(value: Any) -> Any:
-    if isinstance(value, Decimal):
-        return int(value) if value == value.to_integral_value() else float(value)
-    if isinstance(value, datetime):
-        return value.isoformat()
-    if isinstance(value, uuid.UUID):
-        return str(value)
-    raise TypeError(f"cannot encode {type(value).__name__} as JSON")
-
-
-def dumps(body: Any) -> str:
-    return json.dumps(body, default=_default, ensure_ascii=False, allow_nan=False)
+# Decimals (sums of bigint columns) as JSON numbers, not strings.
+_encoder = msgspec.json.Encoder(decimal_format="number")
 
 
 def json_response(
     body: Any, status: int = 200, headers: dict[str, str] | None = None
 ) -> web.Response:
-    return web.json_response(body, status=status, headers=headers, dumps=dumps)
+    return web.Response(
+        body=_encoder.encode(body), status=status, headers=headers, content_type="application/json"
+    )
+
+
+def respond(
+    kind: type[T], body: Any, status: int = 200, headers: dict[str, str] | None = None
+) -> web.Response:
+    """Answer ``body`` (a dict of rows and values) as the declared type ``kind``."""
+    return json_response(msgspec.convert(body, kind), status=status, headers=headers)

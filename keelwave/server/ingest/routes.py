@@ -16,15 +16,28 @@ from aiohttp import web
 from keelwave.server.http import appkeys, params
 from keelwave.server.http.auth import INGEST
 from keelwave.server.http.errors import ApiError, not_found, unavailable
+from keelwave.server.http.operations import ApiRoutes
 from keelwave.server.http.responses import json_response
 from keelwave.server.ingest.fingerprint import fingerprint
 from keelwave.server.ingest.pricing import PriceTable
 from keelwave.server.ingest.schemas import (
+    CallsAccepted,
+    CallsAcceptedResponse,
     ModelCall,
     RunFinish,
+    RunFinished,
+    RunFinishedResponse,
     RunFinishItem,
+    RunsFinished,
+    RunsFinishedResponse,
+    RunsStarted,
+    RunsStartedResponse,
     RunStart,
+    RunStarted,
+    RunStartedResponse,
     Step,
+    StepsAccepted,
+    StepsAcceptedResponse,
     check_name,
     clean_text,
     decode,
@@ -35,7 +48,7 @@ from keelwave.server.ingest.schemas import (
 from keelwave.server.store.lifecycle import Finish, finish_run, finish_runs
 from keelwave.server.store.writer import DatabaseUnavailable, Overloaded, RowsRejected, WriterClosed
 
-routes = web.RouteTableDef()
+routes = ApiRoutes("ingest")
 
 # Ingest's own resource: the price table that costs model calls sent without a cost.
 PRICES = web.AppKey("prices", PriceTable)
@@ -76,7 +89,13 @@ def _path(is_array: bool, position: int, field: str) -> str:
     return f"[{position}].{field}" if is_array else field
 
 
-@routes.post("/v1/ingest/agent/runs")
+@routes.post(
+    "/v1/ingest/agent/runs",
+    summary="Start a run",
+    body=RunStart | list[RunStart],
+    response=(RunStartedResponse, RunsStartedResponse),
+    status=201,
+)
 async def start_run(request: web.Request) -> web.Response:
     """One run (answered with its id), or an array of runs (an SDK batching starts)."""
     principal = await request.app[appkeys.KEYSTORE].authenticate(request, INGEST)
@@ -88,7 +107,7 @@ async def start_run(request: web.Request) -> web.Response:
         for number, tag in enumerate(run.tags):
             check_name(tag, f"tags[{number}]", position if is_array else None)
         run_id = run.id or uuid.uuid4()
-        ids.append(str(run_id))
+        ids.append(run_id)
         rows.append(
             (
                 principal.project_uuid,
@@ -103,63 +122,64 @@ async def start_run(request: web.Request) -> web.Response:
         )
     await _write(request, runs=rows)
     if is_array:
-        return json_response({"data": {"accepted": len(ids), "ids": ids}}, status=201)
-    return json_response({"data": {"id": ids[0]}}, status=201)
+        return json_response(RunsStartedResponse(RunsStarted(len(ids), ids)), status=201)
+    return json_response(RunStartedResponse(RunStarted(ids[0])), status=201)
 
 
-@routes.post("/v1/ingest/agent/runs/finish")
+def _finish_of(body: RunFinish, now: datetime) -> Finish:
+    return Finish(
+        termination_reason=body.termination_reason,
+        ended_at=timestamp(body.ended_at, now),
+        loop_detected=body.loop_detected,
+        loop_step_index=body.loop_step_index,
+        output=payload(body.output),
+        error=clean_text(body.error),
+    )
+
+
+@routes.post(
+    "/v1/ingest/agent/runs/finish",
+    summary="Finish several runs",
+    body=RunFinishItem | list[RunFinishItem],
+    response=RunsFinishedResponse,
+)
 async def finish_many(request: web.Request) -> web.Response:
     """Finish several runs at once (an SDK batching finishes); unknown runs are listed."""
     principal = await request.app[appkeys.KEYSTORE].authenticate(request, INGEST)
     items, _ = _as_list(decode(await _body(request), RunFinishItem | list[RunFinishItem]))
     now = datetime.now(UTC)
-    finishes = [
-        (
-            item.id,
-            Finish(
-                termination_reason=item.termination_reason,
-                ended_at=timestamp(item.ended_at, now),
-                loop_detected=item.loop_detected,
-                loop_step_index=item.loop_step_index,
-                output=payload(item.output),
-                error=clean_text(item.error),
-            ),
-        )
-        for item in items
-    ]
+    finishes = [(item.id, _finish_of(item, now)) for item in items]
     unknown = await finish_runs(request.app[appkeys.POOL], principal.project_id, finishes)
-    return json_response(
-        {"data": {"finished": len(finishes) - len(unknown), "unknown": [str(u) for u in unknown]}}
-    )
+    return json_response(RunsFinishedResponse(RunsFinished(len(finishes) - len(unknown), unknown)))
 
 
-@routes.post("/v1/ingest/agent/runs/{run_id}/finish")
+@routes.post(
+    "/v1/ingest/agent/runs/{run_id}/finish",
+    summary="Finish a run",
+    body=RunFinish,
+    response=RunFinishedResponse,
+)
 async def finish(request: web.Request) -> web.Response:
+    """Finish (or finish again) one run; 404 if it is not a run of the key's project."""
     principal = await request.app[appkeys.KEYSTORE].authenticate(request, INGEST)
     run_id = params.run_id_of(request)
     body: RunFinish = decode(await _body(request), RunFinish)
     found = await finish_run(
-        request.app[appkeys.POOL],
-        principal.project_id,
-        run_id,
-        Finish(
-            termination_reason=body.termination_reason,
-            ended_at=timestamp(body.ended_at, datetime.now(UTC)),
-            loop_detected=body.loop_detected,
-            loop_step_index=body.loop_step_index,
-            output=payload(body.output),
-            error=clean_text(body.error),
-        ),
+        request.app[appkeys.POOL], principal.project_id, run_id, _finish_of(body, datetime.now(UTC))
     )
     if not found:
         raise not_found(f"run {run_id}")
-    return json_response(
-        {"data": {"id": str(run_id), "termination_reason": body.termination_reason}}
-    )
+    return json_response(RunFinishedResponse(RunFinished(run_id, body.termination_reason)))
 
 
-@routes.post("/v1/ingest/agent/steps")
+@routes.post(
+    "/v1/ingest/agent/steps",
+    summary="Send steps",
+    body=Step | list[Step],
+    response=StepsAcceptedResponse,
+)
 async def ingest_steps(request: web.Request) -> web.Response:
+    """One step or an array of them, fingerprinted before they are stored."""
     principal = await request.app[appkeys.KEYSTORE].authenticate(request, INGEST)
     steps, is_array = _as_list(decode(await _body(request), Step | list[Step]))
     now = datetime.now(UTC)
@@ -195,11 +215,17 @@ async def ingest_steps(request: web.Request) -> web.Response:
             )
         )
     await _write(request, steps=rows)
-    return json_response({"data": {"accepted": len(rows)}})
+    return json_response(StepsAcceptedResponse(StepsAccepted(len(rows))))
 
 
-@routes.post("/v1/ingest/ai")
+@routes.post(
+    "/v1/ingest/ai",
+    summary="Send model calls",
+    body=ModelCall | list[ModelCall],
+    response=CallsAcceptedResponse,
+)
 async def ingest_model_calls(request: web.Request) -> web.Response:
+    """One model call or an array of them; each is priced unless it says its cost."""
     principal = await request.app[appkeys.KEYSTORE].authenticate(request, INGEST)
     calls, is_array = _as_list(decode(await _body(request), ModelCall | list[ModelCall]))
     now = datetime.now(UTC)
@@ -210,7 +236,7 @@ async def ingest_model_calls(request: web.Request) -> web.Response:
         check_name(call.provider, "provider", position if is_array else None)
         check_name(call.model, "model", position if is_array else None)
         call_id = call.id or uuid.uuid4()
-        ids.append(str(call_id))
+        ids.append(call_id)
         rows.append(
             (
                 principal.project_uuid,
@@ -239,4 +265,4 @@ async def ingest_model_calls(request: web.Request) -> web.Response:
             )
         )
     await _write(request, traces=rows)
-    return json_response({"data": {"accepted": len(rows), "ids": ids}})
+    return json_response(CallsAcceptedResponse(CallsAccepted(len(rows), ids)))

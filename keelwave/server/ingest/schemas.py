@@ -1,4 +1,4 @@
-"""Request bodies of the ingest API, decoded and validated by msgspec.
+"""Request and response bodies of the ingest API, decoded and validated by msgspec.
 
 msgspec is used for the hot path because it validates while it parses, in C,
 and because :class:`msgspec.Raw` hands us the exact bytes of a field: the
@@ -8,6 +8,9 @@ over a re-serialisation of it.
 Unknown fields are ignored, so an SDK newer than the server keeps working.
 Payload fields (``input``, ``output``, ``metadata``, ``tool_input``,
 ``tool_output``) may hold any JSON value and are stored as sent.
+
+These types are also the API document's (docs/openapi.json is generated from
+them): their docstrings and field descriptions are what its readers see.
 """
 
 from __future__ import annotations
@@ -18,11 +21,12 @@ from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 import msgspec
-from msgspec import Meta, Raw, Struct
+from msgspec import UNSET, Meta, Raw, Struct, UnsetType
 
 from keelwave.protocol import (
     AMOUNT_MAX,
     CALL_STATUSES,
+    DEFAULT_STEP_TYPE,
     MAX_TAGS,
     NAME_MAX_LENGTH,
     STEP_INDEX_MAX,
@@ -44,26 +48,40 @@ TokenCount = Annotated[int, Meta(ge=0, le=TOKEN_COUNT_MAX)]
 # Finite and non-negative; msgspec turns 1e999 into an "out of range" error.
 Amount = Annotated[float, Meta(ge=0, le=AMOUNT_MAX)]
 
-ABSENT = Raw()  # a payload field that was not sent (as opposed to JSON null)
+# A payload field: any JSON value, kept as the exact bytes sent. UNSET when the
+# field was not sent at all (as opposed to JSON null).
+Payload = Annotated[Raw | UnsetType, Meta(description="Any JSON value, stored as sent")]
+# A moment in ISO 8601 / RFC 3339; without an offset it is taken as UTC.
+When = Annotated[
+    datetime | None, Meta(description="ISO 8601 time; without an offset, UTC. Default: now")
+]
 
 
 class RunStart(Struct, kw_only=True):
+    """Open a run. Sending the same id again changes nothing: the first start wins."""
+
     agent_name: Name
-    id: uuid.UUID | None = None
-    started_at: datetime | None = None
-    parent_run_id: uuid.UUID | None = None
-    input: Raw = ABSENT
-    metadata: Raw = ABSENT
+    id: Annotated[uuid.UUID | None, Meta(description="Chosen by the client; default: new")] = None
+    started_at: When = None
+    parent_run_id: Annotated[
+        uuid.UUID | None, Meta(description="The run that started this one (a sub-agent)")
+    ] = None
+    input: Payload = UNSET
+    metadata: Payload = UNSET
     tags: Annotated[list[Tag], Meta(max_length=MAX_TAGS)] = []
 
 
 class RunFinish(Struct, kw_only=True):
+    """End a run, with why it ended and, if the SDK saw one, where its loop began."""
+
     termination_reason: TerminationReason
     loop_detected: bool | None = None
-    loop_step_index: StepIndex | None = None
-    output: Raw = ABSENT
+    loop_step_index: Annotated[
+        StepIndex | None, Meta(description="The step where the repetition began")
+    ] = None
+    output: Payload = UNSET
     error: str | None = None
-    ended_at: datetime | None = None
+    ended_at: When = None
 
 
 class RunFinishItem(RunFinish, kw_only=True):
@@ -73,19 +91,25 @@ class RunFinishItem(RunFinish, kw_only=True):
 
 
 class Step(Struct, kw_only=True):
+    """One step of a run. A run's step_index identifies it: a retry is stored once.
+    Steps with a tool_name are fingerprinted over tool_input exactly as sent."""
+
     run_id: uuid.UUID
     step_index: StepIndex
-    step_type: StepType = "tool_call"
+    step_type: StepType = DEFAULT_STEP_TYPE
     tool_name: Name | None = None
-    tool_input: Raw = ABSENT
-    tool_output: Raw = ABSENT
+    tool_input: Payload = UNSET
+    tool_output: Payload = UNSET
     content: str | None = None
-    started_at: datetime | None = None
+    started_at: When = None
     duration_ms: Amount | None = None
     error: str | None = None
 
 
 class ModelCall(Struct, kw_only=True):
+    """One call to a model. Without cost_usd it is priced from its tokens (if the model
+    is known)."""
+
     provider: Name
     model: Name
     id: uuid.UUID | None = None
@@ -99,7 +123,66 @@ class ModelCall(Struct, kw_only=True):
     latency_ms: Amount | None = None
     status: CallStatus = "ok"
     error: str | None = None
-    started_at: datetime | None = None
+    started_at: When = None
+
+
+# Answers. Each is the whole body, envelope included.
+
+
+class RunStarted(Struct):
+    id: uuid.UUID
+
+
+class RunStartedResponse(Struct):
+    """The answer to one run."""
+
+    data: RunStarted
+
+
+class RunsStarted(Struct):
+    accepted: int
+    ids: Annotated[list[uuid.UUID], Meta(description="In the order the runs were sent")]
+
+
+class RunsStartedResponse(Struct):
+    """The answer to an array of runs."""
+
+    data: RunsStarted
+
+
+class RunFinished(Struct):
+    id: uuid.UUID
+    termination_reason: TerminationReason
+
+
+class RunFinishedResponse(Struct):
+    data: RunFinished
+
+
+class RunsFinished(Struct):
+    finished: int
+    unknown: Annotated[list[uuid.UUID], Meta(description="Ids that are not runs of this project")]
+
+
+class RunsFinishedResponse(Struct):
+    data: RunsFinished
+
+
+class StepsAccepted(Struct):
+    accepted: int
+
+
+class StepsAcceptedResponse(Struct):
+    data: StepsAccepted
+
+
+class CallsAccepted(Struct):
+    accepted: int
+    ids: Annotated[list[uuid.UUID], Meta(description="In the order the calls were sent")]
+
+
+class CallsAcceptedResponse(Struct):
+    data: CallsAccepted
 
 
 # Fields with a fixed set of values: errors about them list the accepted ones.
@@ -174,14 +257,14 @@ def clean_text(value: str | None) -> str | None:
     return value
 
 
-def payload(raw: Raw) -> str | None:
+def payload(raw: Raw | UnsetType) -> str | None:
     """A payload field as JSON text for a ``json`` column; None when it was not sent."""
     if not raw:
         return None
     return bytes(raw).decode("utf-8")
 
 
-def payload_as_sent(raw: Raw) -> Raw | None:
+def payload_as_sent(raw: Raw | UnsetType) -> Raw | None:
     """A payload field as the bytes the client sent (UTF-8 JSON, a view into the
     request body), for the ingest writer; None when it was not sent. The writer
     hands them to PostgreSQL without decoding or copying them."""

@@ -21,12 +21,19 @@ from psycopg import AsyncConnection
 
 from keelwave.protocol import TERMINATION_REASONS
 from keelwave.server.http import appkeys, params
+from keelwave.server.http.operations import ApiRoutes, Param
 from keelwave.server.http.params import Window
-from keelwave.server.http.responses import json_response
+from keelwave.server.http.responses import respond
+from keelwave.server.query.schemas import (
+    HealthResponse,
+    SummaryResponse,
+    TerminationsResponse,
+    TimeseriesResponse,
+)
 from keelwave.server.store import histogram
 from keelwave.server.store.statements import ROLLUP_COUNTERS
 
-routes = web.RouteTableDef()
+routes = ApiRoutes("query")
 
 HOUR = timedelta(hours=1)
 MAX_BUCKETS = 2000
@@ -226,7 +233,7 @@ async def _summary_of(
     (stalled,) = await (await conn.execute(_STALLED.format(key="", group=""), args)).fetchone()
     runs = totals["runs"]
     return {
-        **window.as_json(),
+        **window.bounds(),
         "runs": runs,
         "loop_runs": totals["loop_runs"],
         "loop_rate": rate(totals["loop_runs"], runs),
@@ -244,14 +251,21 @@ async def _summary_of(
     }
 
 
-@routes.get("/v1/projects/{project_id}/agent/summary")
+@routes.get(
+    "/v1/projects/{project_id}/agent/summary",
+    summary="Summary",
+    response=SummaryResponse,
+    query=params.WINDOW_QUERY,
+)
 async def summary(request: web.Request) -> web.Response:
+    """Runs, loop and error rates, durations, tokens and cost in the window and in the
+    window of the same length before it."""
     project_id = await params.read_project(request)
     window = params.window(request)
     async with request.app[appkeys.POOL].connection() as conn:
         current = await _summary_of(conn, request, project_id, window)
         previous = await _summary_of(conn, request, project_id, window.previous())
-    return json_response({"data": {"current": current, "previous": previous}})
+    return respond(SummaryResponse, {"data": {"current": current, "previous": previous}})
 
 
 _LAST_RUN = """
@@ -261,8 +275,15 @@ ORDER BY started_at DESC LIMIT 1
 """
 
 
-@routes.get("/v1/projects/{project_id}/agent/health")
+@routes.get(
+    "/v1/projects/{project_id}/agent/health",
+    summary="Health per agent",
+    response=HealthResponse,
+    query=params.WINDOW_QUERY,
+)
 async def health(request: web.Request) -> web.Response:
+    """Each agent's runs, loop and error rates, stalls, durations and cost in the window,
+    the highest loop rate first."""
     project_id = await params.read_project(request)
     window = params.window(request)
     args = {
@@ -306,15 +327,26 @@ async def health(request: web.Request) -> web.Response:
                     "input_tokens": totals["input_tokens"],
                     "output_tokens": totals["output_tokens"],
                     "cost_usd": round(totals["cost_usd"], 6),
-                    "last_run_at": last_run.isoformat(),
+                    "last_run_at": last_run,
                 }
             )
     agents.sort(key=lambda agent: (-(agent["loop_rate"] or 0), -agent["runs"], agent["agent_name"]))
-    return json_response({"data": agents, **window.as_json()})
+    return respond(HealthResponse, {"data": agents, **window.bounds()})
 
 
-@routes.get("/v1/projects/{project_id}/agent/runs/timeseries")
+@routes.get(
+    "/v1/projects/{project_id}/agent/runs/timeseries",
+    summary="Runs over time",
+    response=TimeseriesResponse,
+    query=(
+        *params.WINDOW_QUERY,
+        Param("bucket", params.Duration, "Bucket size, whole minutes: 1m…1d (default 1h)."),
+        Param("agent_name", str, "Only this agent."),
+    ),
+)
 async def timeseries(request: web.Request) -> web.Response:
+    """Counters per time bucket (runs, loops, errors, steps, tokens, cost), every bucket
+    of the window present."""
     project_id = await params.read_project(request)
     window = params.window(request)
     size = params.duration(request.query.get("bucket", "1h"), "bucket")
@@ -334,7 +366,7 @@ async def timeseries(request: web.Request) -> web.Response:
         totals = by_start.get(start) or _counters(None)
         buckets.append(
             {
-                "start": start.isoformat(),
+                "start": start,
                 "runs": totals["runs"],
                 "loop_runs": totals["loop_runs"],
                 "error_runs": totals["error_runs"],
@@ -346,13 +378,20 @@ async def timeseries(request: web.Request) -> web.Response:
             }
         )
         start += size
-    return json_response(
-        {"data": buckets, "bucket_seconds": int(size.total_seconds()), **window.as_json()}
+    return respond(
+        TimeseriesResponse,
+        {"data": buckets, "bucket_seconds": int(size.total_seconds()), **window.bounds()},
     )
 
 
-@routes.get("/v1/projects/{project_id}/agent/runs/terminations")
+@routes.get(
+    "/v1/projects/{project_id}/agent/runs/terminations",
+    summary="Termination reasons",
+    response=TerminationsResponse,
+    query=params.WINDOW_QUERY,
+)
 async def terminations(request: web.Request) -> web.Response:
+    """How many of the window's runs ended for each reason; null counts the unfinished."""
     project_id = await params.read_project(request)
     window = params.window(request)
     async with request.app[appkeys.POOL].connection() as conn:
@@ -363,4 +402,4 @@ async def terminations(request: web.Request) -> web.Response:
         for reason in TERMINATION_REASONS
     ]
     data.append({"termination_reason": None, "count": totals["runs"] - totals["finished_runs"]})
-    return json_response({"data": data, **window.as_json()})
+    return respond(TerminationsResponse, {"data": data, **window.bounds()})

@@ -14,10 +14,12 @@ from aiohttp import web
 from keelwave.server.http import appkeys
 from keelwave.server.http.auth import ANY, READ
 from keelwave.server.http.errors import not_found
+from keelwave.server.http.operations import ApiRoutes
 from keelwave.server.http.params import project_of, run_id_of
-from keelwave.server.http.responses import json_response
+from keelwave.server.http.responses import respond
+from keelwave.server.query.schemas import LoopGroup, LoopsResponse, MeResponse
 
-routes = web.RouteTableDef()
+routes = ApiRoutes("query")
 
 LOOPS_SQL = """
 SELECT input_fingerprint,
@@ -37,10 +39,12 @@ SELECT EXISTS (SELECT 1 FROM agent_runs WHERE project_id = %(p)s AND id = %(r)s)
 """
 
 
-@routes.get("/v1/me")
+@routes.get("/v1/me", summary="Describe the calling key", response=MeResponse)
 async def me(request: web.Request) -> web.Response:
+    """The project and scope of the key in the Authorization header (any scope)."""
     principal = await request.app[appkeys.KEYSTORE].authenticate(request, ANY)
-    return json_response(
+    return respond(
+        MeResponse,
         {
             "data": {
                 "project_id": principal.project_id,
@@ -48,12 +52,18 @@ async def me(request: web.Request) -> web.Response:
                 "scope": principal.scope,
                 "key_id": principal.key_id,
             }
-        }
+        },
     )
 
 
-@routes.get("/v1/projects/{project_id}/agent/runs/{run_id}/loops")
+@routes.get(
+    "/v1/projects/{project_id}/agent/runs/{run_id}/loops",
+    summary="Get a run's loops",
+    response=LoopsResponse,
+)
 async def run_loops(request: web.Request) -> web.Response:
+    """The run's stored steps grouped by fingerprint, groups of two or more, most hits
+    first; computed now, whatever the SDK reported."""
     principal = await request.app[appkeys.KEYSTORE].authenticate(request, READ)
     project_id = project_of(request, principal)
     run_id = run_id_of(request)
@@ -63,14 +73,9 @@ async def run_loops(request: web.Request) -> web.Response:
             cursor = await conn.execute(RUN_EXISTS_SQL, {"p": project_id, "r": run_id})
             if not (await cursor.fetchone())[0]:
                 raise not_found(f"run {run_id}")
-    return json_response({"data": [loop_group(row) for row in rows]})
+    return respond(LoopsResponse, {"data": [loop_group(row) for row in rows]})
 
 
-def loop_group(row: tuple) -> dict:
+def loop_group(row: tuple) -> LoopGroup:
     fingerprint, hits, step_indices, tool_name = row
-    return {
-        "fingerprint": base64.b64encode(fingerprint).decode("ascii"),
-        "hits": hits,
-        "step_indices": step_indices,
-        "tool_name": tool_name,
-    }
+    return LoopGroup(base64.b64encode(fingerprint).decode("ascii"), hits, step_indices, tool_name)

@@ -10,20 +10,40 @@ A run's status is computed when it is read: ``finished`` once it has ended,
 from __future__ import annotations
 
 import base64
-from typing import Any
+from typing import Annotated, Any
 
 from aiohttp import web
+from msgspec import Meta
 from psycopg.rows import dict_row
 
 from keelwave.protocol import TERMINATION_REASONS
 from keelwave.server.http import appkeys, params
 from keelwave.server.http.errors import not_found
-from keelwave.server.http.responses import json_response
+from keelwave.server.http.operations import ApiRoutes, Param
+from keelwave.server.http.responses import respond
 from keelwave.server.query.loops import LOOPS_SQL, RUN_EXISTS_SQL, loop_group
+from keelwave.server.query.schemas import (
+    RUN_STATUSES,
+    ModelCallListResponse,
+    RunDetailResponse,
+    RunListResponse,
+    RunStatus,
+    StepListResponse,
+    TerminationReason,
+)
 
-routes = web.RouteTableDef()
+routes = ApiRoutes("query")
 
-STATUSES = ("running", "stalled", "finished")
+LIST_QUERY = (
+    Param("agent_name", str, "Only this agent."),
+    Param("status", RunStatus, "Only runs in this status."),
+    Param("termination_reason", TerminationReason, "Only runs that ended for this reason."),
+    Param("loop_detected", bool, "Only looping (true) or non-looping (false) runs."),
+    Param("q", str, "A run id prefix or part of the agent name."),
+    Param("limit", Annotated[int, Meta(ge=1, le=500)], "Page size (default 50)."),
+    params.CURSOR_QUERY,
+    *params.WINDOW_QUERY,
+)
 
 RUN_FIELDS = """
     id, agent_name, parent_run_id, started_at, ended_at, duration_ms, termination_reason,
@@ -35,8 +55,14 @@ RUN_FIELDS = """
 """
 
 
-@routes.get("/v1/projects/{project_id}/agent/runs")
+@routes.get(
+    "/v1/projects/{project_id}/agent/runs",
+    summary="List runs",
+    response=RunListResponse,
+    query=LIST_QUERY,
+)
 async def list_runs(request: web.Request) -> web.Response:
+    """Runs newest first, filtered, a page at a time (keyset pagination)."""
     project_id = await params.read_project(request)
     limit = params.integer(request, "limit", 50, 1, 500)
     where = ["project_id = %(project)s"]
@@ -49,7 +75,7 @@ async def list_runs(request: web.Request) -> web.Response:
     if agent := params.text(request, "agent_name"):
         where.append("agent_name = %(agent)s")
         args["agent"] = agent
-    status = params.choice(request, "status", STATUSES)
+    status = params.choice(request, "status", RUN_STATUSES)
     if status == "finished":
         where.append("ended_at IS NOT NULL")
     elif status == "stalled":
@@ -86,11 +112,16 @@ async def list_runs(request: web.Request) -> web.Response:
     if len(rows) > limit:
         rows = rows[:limit]
         next_cursor = params.encode_cursor(rows[-1]["started_at"].isoformat(), rows[-1]["id"])
-    return json_response({"data": rows, "next_cursor": next_cursor})
+    return respond(RunListResponse, {"data": rows, "next_cursor": next_cursor})
 
 
-@routes.get("/v1/projects/{project_id}/agent/runs/{run_id}")
+@routes.get(
+    "/v1/projects/{project_id}/agent/runs/{run_id}",
+    summary="Get a run",
+    response=RunDetailResponse,
+)
 async def get_run(request: web.Request) -> web.Response:
+    """One run with its input, output, metadata, loops and child runs."""
     project_id = await params.read_project(request)
     run_id = params.run_id_of(request)
     args = {"project": project_id, "run": run_id, "stall": params.stall_after(request)}
@@ -115,8 +146,8 @@ async def get_run(request: web.Request) -> web.Response:
         ).fetchall()
     run = row
     run["loop_groups"] = [loop_group(group) for group in loops]
-    run["child_runs"] = [str(child) for (child,) in children]
-    return json_response({"data": run})
+    run["child_runs"] = [child for (child,) in children]
+    return respond(RunDetailResponse, {"data": run})
 
 
 STEPS_SQL = """
@@ -133,8 +164,17 @@ LIMIT %(limit)s
 """
 
 
-@routes.get("/v1/projects/{project_id}/agent/runs/{run_id}/steps")
+@routes.get(
+    "/v1/projects/{project_id}/agent/runs/{run_id}/steps",
+    summary="List a run's steps",
+    response=StepListResponse,
+    query=(
+        Param("limit", Annotated[int, Meta(ge=1, le=5000)], "Page size (default 500)."),
+        params.CURSOR_QUERY,
+    ),
+)
 async def run_steps(request: web.Request) -> web.Response:
+    """The run's steps by step_index, each marked when it belongs to a loop."""
     project_id = await params.read_project(request)
     run_id = params.run_id_of(request)
     limit = params.integer(request, "limit", 500, 1, 5000)
@@ -152,7 +192,9 @@ async def run_steps(request: web.Request) -> web.Response:
     if len(rows) > limit:
         rows = rows[:limit]
         next_cursor = params.encode_cursor(rows[-1]["step_index"])
-    return json_response({"data": [_step_json(row) for row in rows], "next_cursor": next_cursor})
+    return respond(
+        StepListResponse, {"data": [_step_json(row) for row in rows], "next_cursor": next_cursor}
+    )
 
 
 def _step_json(row: dict[str, Any]) -> dict[str, Any]:
@@ -164,8 +206,13 @@ def _step_json(row: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-@routes.get("/v1/projects/{project_id}/agent/runs/{run_id}/llm")
+@routes.get(
+    "/v1/projects/{project_id}/agent/runs/{run_id}/llm",
+    summary="List a run's model calls",
+    response=ModelCallListResponse,
+)
 async def run_model_calls(request: web.Request) -> web.Response:
+    """The run's model calls in the order they started."""
     project_id = await params.read_project(request)
     run_id = params.run_id_of(request)
     async with request.app[appkeys.POOL].connection() as conn:
@@ -183,4 +230,4 @@ async def run_model_calls(request: web.Request) -> web.Response:
             exists = await conn.execute(RUN_EXISTS_SQL, {"p": project_id, "r": run_id})
             if not (await exists.fetchone())[0]:
                 raise not_found(f"run {run_id}")
-    return json_response({"data": rows})
+    return respond(ModelCallListResponse, {"data": rows})

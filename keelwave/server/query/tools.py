@@ -20,12 +20,14 @@ from typing import Any
 from aiohttp import web
 
 from keelwave.server.http import appkeys, params
+from keelwave.server.http.operations import ApiRoutes
 from keelwave.server.http.params import Window
-from keelwave.server.http.responses import json_response
+from keelwave.server.http.responses import respond
 from keelwave.server.query.aggregates import HOUR, floor_hour, rate
+from keelwave.server.query.schemas import ToolsResponse
 from keelwave.server.store import histogram, tool_rollups
 
-routes = web.RouteTableDef()
+routes = ApiRoutes("query")
 
 # Runs read from their steps: every unfinished run of the window, plus the
 # finished runs of the edge ranges (sign +1: inside the window but outside the
@@ -116,8 +118,15 @@ GROUP BY 1
 """
 
 
-@routes.get("/v1/projects/{project_id}/agent/tools")
+@routes.get(
+    "/v1/projects/{project_id}/agent/tools",
+    summary="Tool statistics",
+    response=ToolsResponse,
+    query=params.WINDOW_QUERY,
+)
 async def tools(request: web.Request) -> web.Response:
+    """Per tool: calls, runs, repeated calls, errors and duration percentiles, the most
+    called first."""
     project_id = await params.read_project(request)
     window = params.window(request)
     args = {"project": project_id, "since": window.since, "until": window.until, **_ranges(window)}
@@ -158,4 +167,4 @@ async def tools(request: web.Request) -> web.Response:
             }
         )
     data.sort(key=lambda row: (-row["calls"], row["tool_name"]))
-    return json_response({"data": data, **window.as_json()})
+    return respond(ToolsResponse, {"data": data, **window.bounds()})

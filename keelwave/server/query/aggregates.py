@@ -37,7 +37,6 @@ routes = ApiRoutes("query")
 
 HOUR = timedelta(hours=1)
 MAX_BUCKETS = 2000
-BUCKETS = ("1m", "5m", "15m", "1h", "6h", "1d")
 
 # How each rollup counter is computed from one agent_runs row.
 _FROM_RUN = {

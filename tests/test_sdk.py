@@ -19,7 +19,7 @@ from conftest import make_project
 from serve_process import ServeProcess
 
 from keelwave import Keelwave, LoopDetected, MaxStepsExceeded, get_current_run
-from keelwave.sdk.canonical import canonical_json, fingerprint
+from keelwave.sdk import canonical_json, fingerprint
 
 
 @pytest.fixture

@@ -13,8 +13,9 @@ import psycopg
 import pytest
 from serve_process import ServeProcess
 
+from keelwave import protocol
 from keelwave.db import keys as key_store
-from keelwave.sdk.canonical import canonical_json, fingerprint
+from keelwave.sdk import canonical_json, fingerprint
 
 SDK = Path(__file__).resolve().parent.parent / "sdks" / "typescript"
 VECTORS = Path(__file__).resolve().parent / "vectors" / "fingerprints.json"
@@ -66,3 +67,40 @@ def test_node_suite_against_a_real_server(built_sdk: Path, db_url: str, tmp_path
     finally:
         server.stop()
         server.kill()
+
+
+def test_protocol_constants_match_the_python_module(built_sdk: Path) -> None:
+    # The built module, as a package user gets it: names and values both, so a
+    # constant added, dropped or changed on one side alone fails here.
+    script = "const p = await import('./dist/protocol.js'); console.log(JSON.stringify({...p}));"
+    result = subprocess.run(
+        ["node", "--input-type=module", "-e", script],
+        cwd=built_sdk,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    typescript = json.loads(result.stdout)
+    assert set(typescript) == set(protocol.__all__)
+    for name in protocol.__all__:
+        value = getattr(protocol, name)
+        expected = list(value) if isinstance(value, tuple) else value
+        assert typescript[name] == expected, name
+
+
+def test_the_package_exports_the_protocol(built_sdk: Path) -> None:
+    script = (
+        "const sdk = await import('./dist/index.js');"
+        "const p = await import('./dist/protocol.js');"
+        "process.stdout.write(JSON.stringify(Object.keys(p).filter((k) => sdk[k] !== p[k])));"
+    )
+    result = subprocess.run(
+        ["node", "--input-type=module", "-e", script],
+        cwd=built_sdk,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == []

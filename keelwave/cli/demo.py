@@ -1,19 +1,22 @@
 """``keelwave demo``: realistic agent traffic through the Python SDK, so a new
-user sees loops, stalls, errors, guards and costs on the first minute."""
+user sees loops, stalls, errors, guards and costs on the first minute.
+
+The SDK and the API client are imported when the demo runs, not when typer reads the signature
+(see :mod:`keelwave.cli.commands`)."""
 
 from __future__ import annotations
 
 import os
 import random
 import time
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from keelwave.cli.common import fail, stdout
-from keelwave.remote.api import Api, ApiError
-from keelwave.remote.config import Credentials
-from keelwave.sdk import Keelwave, LoopDetected, MaxStepsExceeded, Run, get_current_run
+
+if TYPE_CHECKING:
+    from keelwave.sdk import Keelwave
 
 QUESTIONS = [
     "What changed in the Q3 pricing?", "Why did the nightly build fail?",
@@ -37,7 +40,14 @@ def demo(
     ] = None,
     seed: Annotated[int, typer.Option(help="Random seed, for the same traffic twice.")] = 7,
 ) -> None:
-    """Send realistic agent traffic: loops, stalls, errors, guards, model calls and costs."""
+    """Send realistic agent traffic: loops, stalls, errors and costs.
+
+    Five small agents through the Python SDK, with guards and model calls.
+    """
+    from keelwave.remote.api import Api, ApiError
+    from keelwave.remote.config import Credentials
+    from keelwave.sdk import Keelwave, LoopDetected, MaxStepsExceeded
+
     endpoint = endpoint or os.environ.get("KEELWAVE_ENDPOINT") or "http://localhost:8080"
     endpoint = endpoint.rstrip("/")
     api_key = api_key or os.environ.get("KEELWAVE_API_KEY")
@@ -84,6 +94,7 @@ def demo(
 
 def _agents(client: Keelwave, rng: random.Random) -> list[tuple[str, object]]:
     """Five agents with the failure modes keelwave is for."""
+    from keelwave.sdk import get_current_run
 
     def think_with_model(tokens: int) -> None:
         run = get_current_run()
@@ -139,7 +150,7 @@ def _agents(client: Keelwave, rng: random.Random) -> list[tuple[str, object]]:
             return support(question)
         # A run that is never finished, as when an agent process hangs or dies:
         # it shows as running, then stalled, then timed out.
-        run = Run(client, "support-agent", input={"question": question})
+        run = client.start_run("support-agent", input={"question": question})
         run.tool_call("fetch_url", input={"url": "https://help.example.com/slow"})
         return "left unfinished"
 

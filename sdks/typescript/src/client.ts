@@ -1,6 +1,7 @@
 // The SDK's entry point: new Keelwave(), agent(), observe(), run(), getCurrentRun().
 import { AsyncLocalStorage } from "node:async_hooks";
 import { canonicalJson, fingerprint } from "./canonical.js";
+import { DEFAULT_STEP_TYPE } from "./protocol.js";
 import { AgentStopped, Run, type RunOptions } from "./run.js";
 import { Transport, type Event } from "./transport.js";
 
@@ -77,7 +78,7 @@ export class Keelwave {
    * argument, or the array of arguments when there are several.
    */
   observe<A extends unknown[], R>(name: string, fn: (...args: A) => R, options: { stepType?: string } = {}): (...args: A) => R {
-    const stepType = options.stepType ?? "tool_call";
+    const stepType = options.stepType ?? DEFAULT_STEP_TYPE;
     const client = this;
     return function observed(this: unknown, ...args: A): R {
       const run = getCurrentRun();

@@ -1,3 +1,4 @@
 export { Keelwave, getCurrentRun, type KeelwaveOptions, type AgentOptions } from "./client.js";
-export { Run, AgentStopped, MaxStepsExceeded, LoopDetected, TERMINATION_REASONS, type TerminationReason, type RunOptions } from "./run.js";
+export { Run, AgentStopped, MaxStepsExceeded, LoopDetected, type RunOptions } from "./run.js";
 export { canonicalJson, fingerprint } from "./canonical.js";
+export * from "./protocol.js";

@@ -1,10 +1,8 @@
 // A run: one execution of an agent, with its steps, model calls and loop state.
 import { randomUUID } from "node:crypto";
 import { canonicalJson, fingerprint } from "./canonical.js";
+import { TERMINATION_REASONS, type CallStatus, type TerminationReason } from "./protocol.js";
 import type { Event } from "./transport.js";
-
-export const TERMINATION_REASONS = ["clean", "max_steps_reached", "context_limit", "error", "loop_detected", "timeout"] as const;
-export type TerminationReason = (typeof TERMINATION_REASONS)[number];
 
 /** A guard stopped the agent; `terminationReason` says which. */
 export class AgentStopped extends Error {
@@ -102,7 +100,7 @@ export class Run {
       id, run_id: this.id, provider, model,
       input_tokens: usage.inputTokens ?? 0, output_tokens: usage.outputTokens ?? 0,
       cache_read_tokens: usage.cacheReadTokens ?? 0, reasoning_tokens: usage.reasoningTokens ?? 0,
-      status: usage.error === undefined ? "ok" : "error", started_at: now(),
+      status: (usage.error === undefined ? "ok" : "error") satisfies CallStatus, started_at: now(),
     };
     if (usage.stepIndex !== undefined) body.step_index = usage.stepIndex;
     if (usage.costUsd !== undefined) body.cost_usd = usage.costUsd;

@@ -1,9 +1,9 @@
-"""Provider adapters: wrap an OpenAI or Anthropic client so each model call is recorded.
+"""What the provider adapters share: patch a method so each call is recorded once.
 
-The adapters patch the client object they are given (and return it), so its
-type, its other methods and its configuration stay exactly as they were.
-They import nothing from the provider packages: they work with whatever
-version of the client object they receive, reading usage fields by name.
+A call is recorded when it returns, raises, or (streamed) when its stream
+ends, is closed or fails, linked to the run and step current when the call
+was made. Each adapter only says how to read usage from its provider's
+responses and stream chunks.
 """
 
 from __future__ import annotations
@@ -12,13 +12,11 @@ import functools
 import inspect
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from keelwave.sdk.client import current_step_index, get_current_run
-from keelwave.sdk.run import model_call_event
-
-if TYPE_CHECKING:
-    from keelwave.sdk.client import Keelwave
+from keelwave.sdk._context import current_step_index, get_current_run
+from keelwave.sdk._run import model_call_event
+from keelwave.sdk._transport import Send
 
 
 class Usage:
@@ -49,10 +47,13 @@ def number(value: Any) -> int:
 
 
 def record(
-    client: Keelwave, provider: str, usage: Usage, started: float, error: BaseException | None
+    send: Send | None, provider: str, usage: Usage, started: float, error: BaseException | None
 ) -> None:
-    """Send one model call, linked to the current run and step when there are any."""
-    if not client.enabled:
+    """Send one model call, linked to the current run and step when there are any.
+
+    ``send`` is None when the SDK records nothing (no API key): no event is built.
+    """
+    if send is None:
         return
     run = get_current_run()
     event, _ = model_call_event(
@@ -67,11 +68,11 @@ def record(
         error=error,
         step_index=current_step_index.get() if run is not None else None,
     )
-    client._send(event)
+    send(event)
 
 
 def patch(
-    client: Keelwave,
+    send: Send | None,
     resource: Any,
     method: str,
     provider: str,
@@ -84,7 +85,7 @@ def patch(
         return
 
     def finish(response: Any, usage: Usage, started: float, stream: bool) -> Any:
-        done = functools.partial(record, client, provider, usage, started)
+        done = functools.partial(record, send, provider, usage, started)
         if stream:
             wrapper = AsyncRecordingStream if hasattr(response, "__aiter__") else RecordingStream
             return wrapper(response, done, usage, read_chunk)
@@ -96,7 +97,7 @@ def patch(
         try:
             response = await pending
         except BaseException as error:
-            record(client, provider, usage, started, error)
+            record(send, provider, usage, started, error)
             raise
         return finish(response, usage, started, stream)
 
@@ -110,7 +111,7 @@ def patch(
         try:
             response = original(*args, **kwargs)
         except BaseException as error:
-            record(client, provider, usage, started, error)
+            record(send, provider, usage, started, error)
             raise
         if inspect.isawaitable(response):
             return finish_async(response, usage, started, stream)

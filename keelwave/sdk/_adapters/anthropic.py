@@ -8,12 +8,10 @@ Output tokens include extended thinking.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from keelwave.sdk.adapters import Usage, field, number, patch
-
-if TYPE_CHECKING:
-    from keelwave.sdk.client import Keelwave
+from keelwave.sdk._adapters.recording import Usage, field, number, patch
+from keelwave.sdk._transport import Send
 
 
 def _read_usage(usage_obj: Any, usage: Usage) -> None:
@@ -43,8 +41,13 @@ def _read_event(event: Any, usage: Usage) -> None:
         _read_usage(field(event, "usage"), usage)
 
 
-def wrap_anthropic(client: Keelwave, anthropic_client: Any) -> Any:
+def wrap_anthropic(send: Send | None, anthropic_client: Any) -> Any:
+    """Patch ``messages`` of ``anthropic_client`` in place and return it.
+
+    ``send`` queues the recorded calls (None: record nothing). The object itself
+    is returned, not a proxy, so the agent keeps using the type it knows.
+    """
     messages = field(anthropic_client, "messages")
     if messages is not None:
-        patch(client, messages, "create", "anthropic", _read_response, _read_event)
+        patch(send, messages, "create", "anthropic", _read_response, _read_event)
     return anthropic_client

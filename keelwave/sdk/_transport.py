@@ -55,6 +55,11 @@ class Event:
         return self.body if isinstance(self.body, str) else self.body()
 
 
+# What a run and the adapters hand their events to: the client's queueing function.
+# A plain callable, so neither needs the client (nor imports it) to record anything.
+Send = Callable[[Event], None]
+
+
 _PATHS = {
     "run": "/v1/ingest/agent/runs",
     "step": "/v1/ingest/agent/steps",

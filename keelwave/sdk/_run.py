@@ -4,6 +4,11 @@ Step indices start at 1 and are handed out in call order, from any thread.
 A run remembers the first step index of every tool fingerprint it has seen,
 so the first repeat flags the run as looping at the step where the
 repetition *began*, not where it was caught.
+
+A run knows nothing of the client that made it: it is given a send function
+(a callable that queues an event) instead. So the dependencies go one way:
+the client and the provider adapters import this module (the adapters for
+``model_call_event``), and it imports neither of them.
 """
 
 from __future__ import annotations
@@ -14,18 +19,12 @@ import json
 import time
 import uuid
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from keelwave.sdk.canonical import canonical_json, fingerprint
-from keelwave.sdk.errors import LoopDetected, MaxStepsExceeded
-from keelwave.sdk.transport import Event, dumps
-
-if TYPE_CHECKING:
-    from keelwave.sdk.client import Keelwave
-
-TERMINATION_REASONS = (
-    "clean", "max_steps_reached", "context_limit", "error", "loop_detected", "timeout",
-)  # fmt: skip
+from keelwave.protocol import DEFAULT_STEP_TYPE, TERMINATION_REASONS
+from keelwave.sdk._canonical import canonical_json, fingerprint
+from keelwave.sdk._errors import LoopDetected, MaxStepsExceeded
+from keelwave.sdk._transport import Event, Send, dumps
 
 
 def _now() -> str:
@@ -33,11 +32,15 @@ def _now() -> str:
 
 
 class Run:
-    """A run in progress. Get the current one with :func:`keelwave.get_current_run`."""
+    """A run in progress. Get the current one with :func:`keelwave.get_current_run`.
+
+    Made by ``client.run`` / ``@client.agent``, which pass their own queueing
+    function as ``send``; every event of the run goes through it.
+    """
 
     def __init__(
         self,
-        client: Keelwave,
+        send: Send,
         name: str,
         *,
         parent: Run | None = None,
@@ -56,7 +59,7 @@ class Run:
         self.loop_detected = False
         self.loop_step_index: int | None = None
         self.termination_reason: str | None = None
-        self._client = client
+        self._send = send
         self._indices = itertools.count(1)
         self._last_index = 0
         self._first_seen: dict[bytes, int] = {}
@@ -70,7 +73,7 @@ class Run:
         text = dumps(body)
         if input is not None:
             text = f'{text[:-1]},"input":{canonical_json(input)}}}'
-        client._send(Event("run", text))
+        send(Event("run", text))
 
     def __repr__(self) -> str:
         return f"<Run {self.name} {self.id}>"
@@ -102,7 +105,7 @@ class Run:
         *,
         error: str | BaseException | None = None,
         duration_ms: float | None = None,
-        step_type: str = "tool_call",
+        step_type: str = DEFAULT_STEP_TYPE,
     ) -> int:
         """Record a tool call and return its step index. It does not fingerprint:
         pair it with :meth:`check_fingerprint` to have repeats flag the run."""
@@ -137,7 +140,7 @@ class Run:
         started_at: float | None = None,
     ) -> None:
         # The JSON text is put together by the sender thread, not the agent's.
-        self._client._send(Event("step", functools.partial(
+        self._send(Event("step", functools.partial(
             _render_step, self.id, index, step_type, tool_name, input_json, output_json,
             content, duration_ms, None if error is None else _error_text(error),
             started_at or time.time(),
@@ -191,7 +194,7 @@ class Run:
             cache_read_tokens=cache_read_tokens, reasoning_tokens=reasoning_tokens,
             cost_usd=cost_usd, latency_ms=latency_ms, error=error, step_index=step_index,
         )  # fmt: skip
-        self._client._send(event)
+        self._send(event)
         return call_id
 
     # -- the end -----------------------------------------------------------
@@ -224,7 +227,7 @@ class Run:
         text = dumps(body)
         if output is not None:
             text = f'{text[:-1]},"output":{canonical_json(output)}}}'
-        self._client._send(Event("finish", text))
+        self._send(Event("finish", text))
 
 
 def _render_step(

@@ -3,6 +3,10 @@
 Everything here runs in the agent's thread and is kept cheap: a step costs a
 few microseconds of bookkeeping (binding arguments, canonical JSON, a hash)
 and a queue append; the network is the transport thread's business.
+
+The top of the SDK's import tree: this module uses the run, the run context
+and the transport, and nothing else in the SDK imports it (runs and adapters
+are handed the client's send function instead), so there is no cycle.
 """
 
 from __future__ import annotations
@@ -18,34 +22,17 @@ import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from keelwave.sdk.canonical import canonical_json, fingerprint
-from keelwave.sdk.errors import AgentStopped
-from keelwave.sdk.run import Run
-from keelwave.sdk.transport import Event, Transport
+from keelwave.protocol import DEFAULT_STEP_TYPE
+from keelwave.sdk._canonical import canonical_json, fingerprint
+from keelwave.sdk._context import current_run, current_step_index
+from keelwave.sdk._errors import AgentStopped
+from keelwave.sdk._run import Run
+from keelwave.sdk._transport import Event, Send, Transport
 
 log = logging.getLogger("keelwave")
 
 DEFAULT_ENDPOINT = "http://localhost:8080"
 F = TypeVar("F", bound=Callable[..., Any])
-
-_current_run: contextvars.ContextVar[Run | None] = contextvars.ContextVar(
-    "keelwave_current_run", default=None
-)
-
-
-# The step an observed tool is running as, so a model call made inside it is linked to it.
-current_step_index: contextvars.ContextVar[int | None] = contextvars.ContextVar(
-    "keelwave_current_step", default=None
-)
-
-
-def get_current_run() -> Run | None:
-    """The run the calling code is inside of, or None.
-
-    Each thread and each asyncio task sees its own (contextvars); a task
-    started inside a run sees that run.
-    """
-    return _current_run.get()
 
 
 class Keelwave:
@@ -120,6 +107,23 @@ class Keelwave:
         return RunScope(self, name, dict(input=input, metadata=metadata, tags=tags,
                         max_steps=max_steps, stop_on_loop=stop_on_loop, run_id=run_id))  # fmt: skip
 
+    def start_run(
+        self,
+        name: str,
+        *,
+        input: Any = None,
+        metadata: dict[str, Any] | None = None,
+        tags: list[str] | None = None,
+        run_id: str | None = None,
+    ) -> Run:
+        """Open a run that you finish yourself with ``run.finish(...)``.
+
+        For agents whose run does not fit one block of code (callbacks, a run
+        handed between threads). It is not made the current run; a run never
+        finished shows as running, then stalled, then timed out.
+        """
+        return Run(self._send, name, input=input, metadata=metadata, tags=tags, run_id=run_id)
+
     def agent(
         self,
         name: str | None = None,
@@ -163,7 +167,9 @@ class Keelwave:
 
     # -- steps -------------------------------------------------------------
 
-    def observe(self, name: str | None = None, *, step_type: str = "tool_call") -> Callable[[F], F]:
+    def observe(
+        self, name: str | None = None, *, step_type: str = DEFAULT_STEP_TYPE
+    ) -> Callable[[F], F]:
         """Decorate a tool (sync or async): each call inside a run is a step.
 
         The tool's name is ``tool_name``, its arguments (bound to parameter
@@ -182,7 +188,7 @@ class Keelwave:
 
                 @functools.wraps(func)
                 async def async_tool(*args: Any, **kwargs: Any) -> Any:
-                    run = _current_run.get()
+                    run = current_run.get()
                     if run is None or self._transport is None:
                         return await func(*args, **kwargs)
                     step = _Step(run, tool_name, step_type, binder(args, kwargs))
@@ -198,7 +204,7 @@ class Keelwave:
 
             @functools.wraps(func)
             def sync_tool(*args: Any, **kwargs: Any) -> Any:
-                run = _current_run.get()
+                run = current_run.get()
                 if run is None or self._transport is None:
                     return func(*args, **kwargs)
                 step = _Step(run, tool_name, step_type, binder(args, kwargs))
@@ -216,17 +222,24 @@ class Keelwave:
 
     # -- provider adapters ---------------------------------------------------
 
+    # The adapters get the send function, not the client, so they never import this
+    # module; they are imported only when used, so ``import keelwave`` stays lean.
+
     def wrap_openai(self, client: Any) -> Any:
         """Record every chat/responses call of an OpenAI client (sync or async)."""
-        from keelwave.sdk.adapters.openai import wrap_openai
+        from keelwave.sdk._adapters.openai import wrap_openai
 
-        return wrap_openai(self, client)
+        return wrap_openai(self._sender(), client)
 
     def wrap_anthropic(self, client: Any) -> Any:
         """Record every messages call of an Anthropic client (sync or async)."""
-        from keelwave.sdk.adapters.anthropic import wrap_anthropic
+        from keelwave.sdk._adapters.anthropic import wrap_anthropic
 
-        return wrap_anthropic(self, client)
+        return wrap_anthropic(self._sender(), client)
+
+    def _sender(self) -> Send | None:
+        # None when nothing is recorded: a wrapped call then costs only the wrapper.
+        return self._send if self.enabled else None
 
 
 class _Step:
@@ -276,13 +289,13 @@ class RunScope:
         self.output: Any = None
 
     def __enter__(self) -> Run:
-        self.run = Run(self._client, self._name, parent=_current_run.get(), **self._options)
-        self._token = _current_run.set(self.run)
+        self.run = Run(self._client._send, self._name, parent=current_run.get(), **self._options)
+        self._token = current_run.set(self.run)
         return self.run
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
         assert self.run is not None and self._token is not None
-        _current_run.reset(self._token)
+        current_run.reset(self._token)
         if exc is None:
             self.run.finish("clean", output=self.output)
         elif isinstance(exc, AgentStopped):

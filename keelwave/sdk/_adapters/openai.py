@@ -10,12 +10,10 @@ with zero tokens (and no cost).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from keelwave.sdk.adapters import Usage, field, number, patch
-
-if TYPE_CHECKING:
-    from keelwave.sdk.client import Keelwave
+from keelwave.sdk._adapters.recording import Usage, field, number, patch
+from keelwave.sdk._transport import Send
 
 
 def _read_usage(usage_obj: Any, usage: Usage) -> None:
@@ -54,11 +52,16 @@ def _read_response_event(event: Any, usage: Usage) -> None:
         _read_response(response, usage)
 
 
-def wrap_openai(client: Keelwave, openai_client: Any) -> Any:
+def wrap_openai(send: Send | None, openai_client: Any) -> Any:
+    """Patch ``chat.completions`` and ``responses`` of ``openai_client`` in place and return it.
+
+    ``send`` queues the recorded calls (None: record nothing). The object itself
+    is returned, not a proxy, so the agent keeps using the type it knows.
+    """
     chat = field(openai_client, "chat", "completions")
     if chat is not None:
-        patch(client, chat, "create", "openai", _read_response, _read_chat_chunk)
+        patch(send, chat, "create", "openai", _read_response, _read_chat_chunk)
     responses = field(openai_client, "responses")
     if responses is not None:
-        patch(client, responses, "create", "openai", _read_response, _read_response_event)
+        patch(send, responses, "create", "openai", _read_response, _read_response_event)
     return openai_client

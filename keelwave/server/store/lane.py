@@ -122,7 +122,7 @@ class Lane:
         script = Script(self._prepared)
         if rollback_first:
             script.add("ROLLBACK")
-        script.add("BEGIN")
+        script.add(statements.BEGIN)
         script.add(*locks)
         if direct is not None:
             steps, runs = direct

@@ -44,7 +44,7 @@ async def finish_runs(
     """
     found: set[uuid.UUID] = set()
     newly_finished: list[uuid.UUID] = []
-    async with pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
+    async with pool.connection() as conn, statements.transaction(conn), conn.cursor() as cur:
         await statements.lock_runs(cur, {run_id.int for run_id, _ in finishes})
         for round_ in _rounds(finishes):
             await cur.execute(statements.FINISH_RUNS, _columns(project_id, round_))

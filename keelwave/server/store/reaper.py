@@ -37,7 +37,7 @@ async def time_out_idle_runs(
         idle = await (await conn.execute(_IDLE, (timeout_after, limit))).fetchall()
         if not idle:
             return 0
-        async with conn.transaction(), conn.cursor() as cur:
+        async with statements.transaction(conn), conn.cursor() as cur:
             await statements.lock_runs(cur, {run_id.int for _, run_id in idle})
             # Runs that woke up meanwhile, or that another server timed out, are skipped.
             await cur.execute(

@@ -23,17 +23,43 @@ rollups (tool_rollups.py) are staged in ``kw_stage_durations`` and
 
 from __future__ import annotations
 
+import contextlib
 import functools
+from collections.abc import AsyncIterator
 
 import psycopg
 
 from keelwave.server.store import tool_rollups
 from keelwave.server.store.histogram import bin_sql
 
+# How every writing transaction begins. The duplicate checks and counter updates
+# rely on READ COMMITTED: after waiting for a run's lock, a statement must see
+# what the transaction that held it committed. Under REPEATABLE READ (a database
+# default some teams set) the snapshot is taken before the wait and two writers
+# store the same fresh steps twice, so the level is pinned, never inherited.
+BEGIN = "BEGIN ISOLATION LEVEL READ COMMITTED"
+
+
+@contextlib.asynccontextmanager
+async def transaction(conn: psycopg.AsyncConnection) -> AsyncIterator[None]:
+    """``conn.transaction()``, begun as :data:`BEGIN` does, whatever the database default."""
+    if conn.isolation_level != psycopg.IsolationLevel.READ_COMMITTED:
+        await conn.set_isolation_level(psycopg.IsolationLevel.READ_COMMITTED)  # no round trip
+    async with conn.transaction():
+        yield
+
+
 GROUP_LOCKS = 0x6B77  # 'kw': pg_advisory_xact_lock(int, int) namespace of run groups
 RUN_LOCKS = 0x6B78  # namespace of single runs
 LOCK_GROUPS = 256  # runs fall in this many groups (run id modulo it)
-FINE_LOCKS_UP_TO = 256  # transactions touching more runs lock whole groups instead
+# Transactions touching more runs lock whole groups instead. Why a limit: every
+# advisory lock held takes a slot in PostgreSQL's shared lock table, which has
+# max_locks_per_transaction × max_connections slots (6,400 by default) for all
+# sessions together. A 5,000-run flush taking a lock per run could fill it and
+# fail every session's next lock with "out of shared memory"; with the limit a
+# transaction holds at most FINE_LOCKS_UP_TO + LOCK_GROUPS locks. Large flushes
+# lock coarsely and wait a little more for unrelated runs in the same groups.
+FINE_LOCKS_UP_TO = 256
 
 # The columns the writer stages, with their types: rows are COPYed in PostgreSQL's
 # binary format (about half the CPU of text on both sides), which needs them.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import uuid
 
+import psycopg
 import pytest
 from conftest import Api, Project, query
 
@@ -200,3 +201,36 @@ async def test_ten_thousand_steps_in_one_request(db_url: str, aiohttp_server, pr
     assert query(db_url, "SELECT count(*) FROM agent_steps WHERE run_id = %s", (run_id,)) == [
         (10_000,)
     ]
+
+
+@pytest.mark.parametrize(
+    ("error", "status", "code"),
+    [
+        (
+            PermissionError(13, "Permission denied", "/etc/keelwave/prices.json"),
+            500,
+            "internal_error",
+        ),
+        (FileNotFoundError(2, "No such file"), 500, "internal_error"),
+        (psycopg.OperationalError("connection refused"), 503, "database_unavailable"),
+    ],
+)
+async def test_only_database_failures_are_reported_as_database_unavailable(
+    aiohttp_server, error: Exception, status: int, code: str
+) -> None:
+    """An OSError of the server's own (a file it cannot read) is a bug to log and a 500,
+    not "database unavailable; retry", which would send clients retrying forever."""
+    import aiohttp
+    from aiohttp import web
+
+    from keelwave.server.http.errors import error_middleware
+
+    async def failing(request: web.Request) -> web.Response:
+        raise error
+
+    app = web.Application(middlewares=[error_middleware(retry_after=1)])
+    app.router.add_get("/fails", failing)
+    server = await aiohttp_server(app)
+    async with aiohttp.ClientSession() as session, session.get(server.make_url("/fails")) as answer:
+        body = await answer.json()
+    assert (answer.status, body["error"]["code"]) == (status, code)

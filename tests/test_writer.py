@@ -233,3 +233,97 @@ async def test_a_large_batch_sent_again_is_stored_once(writer: IngestWriter, db_
         db_url, "SELECT sum(steps) FROM agent_run_rollups WHERE project_id = %s", (project.id,)
     )
     assert (rows, indexes, step_count, rollup_steps) == (2 * count,) * 4
+
+
+async def test_lost_prepared_statements_are_not_the_clients_fault(
+    writer: IngestWriter, db_url: str
+) -> None:
+    """A session that lost its prepared statements (DEALLOCATE ALL, or a pooler handing
+    the lane another server session) is a server-side condition: the flush is retried
+    on a fresh connection and the request succeeds, never a 422 a client would drop."""
+    project = make_project(db_url)
+    run_id = uuid.uuid4()
+    await writer.write(steps=[step(project.id, run_id, 1)])
+    for lane in writer._lanes:  # what a pooler or an operator does to the session
+        if lane._conn is not None:
+            await lane._conn.execute("DEALLOCATE ALL")
+    await writer.write(steps=[step(project.id, run_id, i) for i in range(2, 50)])
+    await writer.write(steps=[step(project.id, run_id, 50)])
+    [(count,)] = query(db_url, "SELECT count(*) FROM agent_steps WHERE run_id = %s", (run_id,))
+    assert count == 50
+
+
+async def test_a_bad_request_among_many_is_found_in_few_transactions(
+    db_url: str, monkeypatch
+) -> None:
+    """One rejected request among 256 sharing a flush: the others are committed, and
+    the bad one is isolated by bisection, not by 256 transactions one after another."""
+    commits = 0
+    original = lane_module.Lane.commit
+
+    async def counting(self, batch):
+        nonlocal commits
+        commits += 1
+        return await original(self, batch)
+
+    monkeypatch.setattr(lane_module.Lane, "commit", counting)
+    writer = IngestWriter(db_url, flush_max_rows=5000, buffer_max_rows=100_000, lanes=1)
+    writer.start()
+    project = make_project(db_url)
+    run_ids = [uuid.uuid4() for _ in range(256)]
+    try:
+        await writer.write(steps=[step(project.id, uuid.uuid4(), 0)])  # the lane is warm
+        commits = 0
+        results = await asyncio.gather(
+            *(
+                writer.write(steps=[step(project.id, r, 1, "bad" if n == 77 else "tool_call")])
+                for n, r in enumerate(run_ids)
+            ),
+            return_exceptions=True,
+        )
+    finally:
+        await writer.close()
+    assert [n for n, result in enumerate(results) if result is not None] == [77]
+    assert isinstance(results[77], RowsRejected)
+    [(count,)] = query(
+        db_url,
+        "SELECT count(*) FROM agent_steps WHERE run_id = ANY(%s)",
+        ([r for n, r in enumerate(run_ids) if n != 77],),
+    )
+    assert count == 255
+    assert commits <= 2 * 8 + 2  # one flush, then about two per level of bisection
+
+
+async def test_text_written_into_scripts_survives_a_session_that_changed_its_quoting(
+    db_url: str,
+) -> None:
+    """A few rows travel as SQL literals, quoted for standard_conforming_strings=on and
+    UTF-8. If something turned that off on the lane's session, backslashes would become
+    escapes: the writer checks before every script and restores what it relies on."""
+    writer = IngestWriter(db_url, flush_max_rows=5000, buffer_max_rows=100_000, lanes=1)
+    writer.start()
+    try:
+        await _write_through_a_changed_session(writer, db_url)
+    finally:
+        await writer.close()
+
+
+async def _write_through_a_changed_session(writer: IngestWriter, db_url: str) -> None:
+    project = make_project(db_url)
+    run_id = uuid.uuid4()
+    await writer.write(steps=[step(project.id, run_id, 1)])
+    for lane in writer._lanes:
+        if lane._conn is not None:
+            await lane._conn.execute("SET standard_conforming_strings = off")
+            await lane._conn.execute("SET client_encoding = 'LATIN1'")
+    payload = '{"path": "C:\\\\new\\\\table", "quote": "it\'s", "nl": "a\\nb", "é": "ü"}'.encode()
+    row = list(step(project.id, run_id, 2))
+    row[5] = payload
+    row[7] = "back\\slash 'quoted' ünïcode"
+    await writer.write(steps=[tuple(row)])
+    [(stored_input, content)] = query(
+        db_url,
+        "SELECT tool_input::text, content FROM agent_steps WHERE run_id = %s AND step_index = 2",
+        (run_id,),
+    )
+    assert (stored_input.encode(), content) == (payload, "back\\slash 'quoted' ünïcode")

@@ -103,7 +103,11 @@ def error_middleware(
             message = error.diag.message_primary or str(error).splitlines()[0]
             rejected = ApiError(422, "rejected", f"the database rejected this data: {message}")
             return rejected.response()
-        except (psycopg.OperationalError, psycopg_pool.PoolTimeout, OSError) as error:
+        except ConnectionResetError:
+            raise  # the client went away mid-answer: nothing to answer, nothing to log
+        except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as error:
+            # (psycopg reports a database it cannot reach as OperationalError; any
+            # other OSError is this server's own problem, a 500 below.)
             log.warning(
                 "database unavailable during %s %s: %s", request.method, request.path, error
             )

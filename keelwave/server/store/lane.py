@@ -83,6 +83,12 @@ class Lane:
         batch is then written again with every row staged.
         """
         conn = await self._connection()
+        if not pgscript.literals_are_safe(conn):
+            # Someone changed the session (a SET from a pooler's reset, an operator):
+            # literals written now could be read with other escapes or encoding.
+            log.warning("writer session lost standard_conforming_strings/UTF-8; restoring")
+            for setting in pgscript.SESSION:
+                await conn.execute(setting)
         parts = [
             (stage, columns, statement, [row for rows in batch for row in rows[position]])
             for position, stage, columns, statement in STAGES
@@ -101,9 +107,6 @@ class Lane:
                 if error.diag.constraint_name != statements.DIRECT_COPY_GUARD:
                     raise
                 await self._script(conn, locks, parts, rollback_first=True).run(conn)
-        except psycopg.errors.InvalidSqlStatementName:
-            await self.drop()  # our prepared statements are gone: a new connection has them
-            raise
         except BaseException:
             await self._roll_back()
             raise

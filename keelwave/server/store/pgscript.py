@@ -45,6 +45,17 @@ FATAL_ERROR = pq.ExecStatus.FATAL_ERROR
 SESSION = ("SET standard_conforming_strings = on", "SET client_encoding = 'UTF8'")
 
 
+def literals_are_safe(conn: psycopg.AsyncConnection) -> bool:
+    """Whether the session still has what :data:`SESSION` set, so quote()'s literals
+    mean what they say. Free to ask: PostgreSQL reports both settings to the client
+    whenever they change (ParameterStatus), whoever changed them."""
+    info = conn.info
+    return (
+        info.parameter_status("standard_conforming_strings") == b"on"
+        and info.parameter_status("client_encoding") == b"UTF8"
+    )
+
+
 class Unquotable(ValueError):
     """A value :func:`quote` will not write into SQL text (send it by COPY instead)."""
 

@@ -18,9 +18,10 @@ and how transactions avoid deadlocks, in statements.py.
 
 Failures: if the database is unreachable, every request in the batch gets
 :class:`DatabaseUnavailable` (503, retry); nothing was acknowledged, so nothing
-is lost. If PostgreSQL rejects the data itself, the batch is retried one
-request at a time, so only the offending request fails (422) and its
-neighbours are unaffected. When more than ``buffer_max_rows`` rows are
+is lost. If PostgreSQL rejects the data itself, the batch is bisected until
+the offending request is alone, so only it fails (422) and its neighbours are
+committed. Any other database error (a session that lost its prepared
+statements) is retried once on a fresh connection, then answered 503. When more than ``buffer_max_rows`` rows are
 waiting, new requests get :class:`Overloaded` (503) instead of growing memory.
 """
 
@@ -40,6 +41,9 @@ from keelwave.server.store.lane import STAGES, Lane, Rows
 log = logging.getLogger("keelwave.writer")
 
 ANALYZE_AT_ROWS = (1_000, 10_000, 100_000)
+# What PostgreSQL says about the rows themselves (a value out of range, a CHECK):
+# the request that sent them gets a 422. Any other error is the server's side.
+REJECTED_DATA = (psycopg.DataError, psycopg.IntegrityError)
 TABLE_OF_STAGE = {
     "kw_stage_runs": "agent_runs",
     "kw_stage_steps": "agent_steps",
@@ -176,7 +180,7 @@ class IngestWriter:
         self._waiting_rows -= rows
         return batch
 
-    async def _flush(self, batch: list[Submission], lane: Lane) -> None:
+    async def _flush(self, batch: list[Submission], lane: Lane, retried: bool = False) -> None:
         started = time.perf_counter()
         try:
             await lane.commit([submission.rows for submission in batch])
@@ -185,15 +189,30 @@ class IngestWriter:
             self._metrics.database_error("unavailable")
             await lane.drop()
             _settle(batch, DatabaseUnavailable(str(error)))
-        except psycopg.Error as error:
+        except REJECTED_DATA as error:
             if len(batch) > 1:
-                # Find the request PostgreSQL objects to; commit the others.
-                for submission in batch:
-                    await self._flush([submission], lane)
+                # Find the request(s) PostgreSQL objects to by bisection: a flush of
+                # n requests with one bad costs about 2·log2(n) transactions.
+                half = len(batch) // 2
+                await self._flush(batch[:half], lane)
+                await self._flush(batch[half:], lane)
                 return
             log.info("ingest rows rejected by the database: %s", error)
             self._metrics.database_error("rejected")
             _settle(batch, RowsRejected(_describe(error)))
+        except psycopg.Error as error:
+            # Not the data: the session lost something it relies on (prepared
+            # statements after DEALLOCATE ALL or behind a pooler, a staging table).
+            # A fresh connection rebuilds all of it; if that fails too, the client
+            # gets a 503 to retry, never a 4xx it would treat as final.
+            await lane.drop()
+            if not retried:
+                log.info("ingest flush retried on a new connection: %s", error)
+                await self._flush(batch, lane, retried=True)
+                return
+            log.warning("ingest flush failed twice on the database's side: %s", error)
+            self._metrics.database_error("unavailable")
+            _settle(batch, DatabaseUnavailable(_describe(error)))
         except Exception as error:  # a bug: fail the requests, keep the writer alive
             log.exception("ingest flush failed")
             _settle(batch, error)

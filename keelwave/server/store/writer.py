@@ -21,8 +21,9 @@ Failures: if the database is unreachable, every request in the batch gets
 is lost. If PostgreSQL rejects the data itself, the batch is bisected until
 the offending request is alone, so only it fails (422) and its neighbours are
 committed. Any other database error (a session that lost its prepared
-statements) is retried once on a fresh connection, then answered 503. When more than ``buffer_max_rows`` rows are
-waiting, new requests get :class:`Overloaded` (503) instead of growing memory.
+statements) is retried once on a fresh connection, then answered 503. When
+more than ``buffer_max_rows`` rows are waiting, new requests get
+:class:`Overloaded` (503) instead of growing memory.
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ same way the CLI does.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 import platformdirs
 from pydantic import Field
@@ -66,6 +67,13 @@ class Settings(BaseSettings):
         default=200_000,
         ge=1,
         description="Rows waiting for commit before ingest answers 503 (backpressure).",
+    )
+    database_pooling: Literal["auto", "session", "transaction"] = Field(
+        default="auto",
+        description="How connections reach PostgreSQL. 'session': directly, or through a "
+        "pooler in session mode (prepared statements and session settings are kept). "
+        "'transaction': through PgBouncer or another pooler in transaction mode (nothing is "
+        "kept in a session between transactions). 'auto' finds out at start.",
     )
     pool_max_size: int = Field(
         default=8, ge=1, description="Most database connections for queries and finishes."

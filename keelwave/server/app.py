@@ -22,7 +22,7 @@ from keelwave.server.http.metrics import Metrics
 from keelwave.server.ingest import routes as ingest
 from keelwave.server.ingest.pricing import PriceTable
 from keelwave.server.query import aggregates, loops, runs, tools
-from keelwave.server.store import statements
+from keelwave.server.store import pooling
 from keelwave.server.store.reaper import Reaper
 from keelwave.server.store.writer import IngestWriter
 from keelwave.settings import Settings
@@ -95,11 +95,18 @@ async def _database(app: web.Application) -> AsyncIterator[None]:
     conninfo = app[appkeys.CONNINFO]
     # libpq's connect_timeout is whole seconds, at least 2.
     connect_timeout = max(2, round(settings.database_timeout_seconds))
+    pooled = await pooling.transaction_pooling(settings.database_pooling, conninfo, connect_timeout)
     pool = AsyncConnectionPool(
         conninfo,
         min_size=1,
         max_size=settings.pool_max_size,
-        kwargs={"autocommit": True, "connect_timeout": connect_timeout},
+        kwargs={
+            "autocommit": True,
+            "connect_timeout": connect_timeout,
+            # psycopg prepares a query run five times on its connection; behind a
+            # transaction pooler the next run may land on a session without it.
+            "prepare_threshold": None if pooled else 5,
+        },
         check=AsyncConnectionPool.check_connection,  # drop connections that died in an outage
         timeout=settings.database_timeout_seconds,
         # psycopg_pool doubles its retry delay without bound while the database is
@@ -107,7 +114,7 @@ async def _database(app: web.Application) -> AsyncIterator[None]:
         reconnect_timeout=RECONNECT_SECONDS,
         open=False,
         name="keelwave",
-        configure=_configure_connection,
+        configure=_configure_pooled if pooled else _configure_connection,
     )
     # wait=False: serve (and answer /readyz with 503) even if the database is down.
     await pool.open(wait=False)
@@ -118,6 +125,7 @@ async def _database(app: web.Application) -> AsyncIterator[None]:
         connect_timeout,
         lanes=settings.writer_lanes or 2,
         metrics=app[appkeys.METRICS],
+        transaction_pooling=pooled,
     )
     writer.start()
     app[appkeys.METRICS].buffer_rows = lambda: writer.waiting_rows
@@ -138,13 +146,17 @@ async def _database(app: web.Application) -> AsyncIterator[None]:
 
 
 async def _configure_connection(conn: psycopg.AsyncConnection) -> None:
-    """Every pooled connection answers times in UTC and has the rollup staging tables
-    that finishes write through."""
+    """Every pooled connection answers times in UTC, and plans as queries need."""
     await conn.execute("SET TIME ZONE 'UTC'")
     # Requests are short queries; JIT compilation would cost more than it saves.
     await conn.execute("SET jit = off")
     # Always plan with the real parameters: a time window of a week and an empty
     # one need different plans, and a generic plan would scan for both.
     await conn.execute("SET plan_cache_mode = force_custom_plan")
-    for statement in statements.staging_ddl(statements.ROLLUP_STAGES, emptied_at_commit=True):
-        await conn.execute(statement)
+
+
+async def _configure_pooled(conn: psycopg.AsyncConnection) -> None:
+    """Behind a transaction pooler only what the pooler keeps per client is set: the
+    time zone (PgBouncer restores it on every session it hands this client); other
+    SETs would stay on a server session that other clients then get."""
+    await conn.execute("SET TIME ZONE 'UTC'")

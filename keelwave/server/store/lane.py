@@ -66,9 +66,14 @@ PREPARED = {
 class Lane:
     """One writer connection and the transaction it commits a batch in."""
 
-    def __init__(self, conninfo: str, connect_timeout: int) -> None:
+    def __init__(
+        self, conninfo: str, connect_timeout: int, transaction_pooling: bool = False
+    ) -> None:
         self._conninfo = conninfo
         self._connect_timeout = connect_timeout
+        # Behind a pooler in transaction mode (pooling.py) the session keeps nothing:
+        # every script then sets, creates and plans for itself.
+        self.transaction_pooling = transaction_pooling
         self._conn: psycopg.AsyncConnection | None = None
         self._staged_since_truncate = 0  # rows through the staging tables since TRUNCATE
         self._prepared: dict[str, str] = {}  # SQL -> name of the statement prepared for it
@@ -83,7 +88,7 @@ class Lane:
         batch is then written again with every row staged.
         """
         conn = await self._connection()
-        if not pgscript.literals_are_safe(conn):
+        if not self.transaction_pooling and not pgscript.literals_are_safe(conn):
             # Someone changed the session (a SET from a pooler's reset, an operator):
             # literals written now could be read with other escapes or encoding.
             log.warning("writer session lost standard_conforming_strings/UTF-8; restoring")
@@ -126,6 +131,9 @@ class Lane:
         if rollback_first:
             script.add("ROLLBACK")
         script.add(statements.BEGIN)
+        if self.transaction_pooling:
+            for statement in _TRANSACTION_SETUP:
+                script.add(statement)
         script.add(*locks)
         if direct is not None:
             steps, runs = direct
@@ -196,8 +204,18 @@ class Lane:
     async def _connection(self) -> psycopg.AsyncConnection:
         if self._conn is None or self._conn.closed:
             conn = await psycopg.AsyncConnection.connect(
-                self._conninfo, autocommit=True, connect_timeout=self._connect_timeout
+                self._conninfo,
+                autocommit=True,
+                connect_timeout=self._connect_timeout,
+                prepare_threshold=None,  # psycopg's own prepared statements: see PREPARED
+                client_encoding="UTF8",  # what literals and JSON bytes are written in
             )
+            self._register_dumpers(conn)
+            if self.transaction_pooling:
+                self._prepared = {}
+                self._conn = conn
+                self._staged_since_truncate = 0
+                return conn
             # Every lookup this connection makes is a handful of index probes per
             # staged row (duplicate checks, run counters). The planner cannot know
             # that: staging tables are never analysed, and a young agent_steps looks
@@ -218,17 +236,20 @@ class Lane:
             await conn.execute(statements.GUARD_DDL)
             # Scripts EXECUTE these instead of planning them on every flush.
             self._prepared = await prepare(conn, PREPARED)
-            # Binary COPY picks each column's dumper by type OID, and for bytea that is
-            # psycopg's DB-API `Binary` dumper, written in Python. Registering the
-            # (C) dumper of bytes again makes it the one for bytea: COPY formatting
-            # takes half the time. JSON payloads arrive as msgspec.Raw views of the
-            # request body; the same dumper sends them as they are.
-            bytes_dumper = psycopg.adapters.get_dumper(bytes, BINARY)
-            conn.adapters.register_dumper(bytes, bytes_dumper)
-            conn.adapters.register_dumper(msgspec.Raw, bytes_dumper)
             self._conn = conn
             self._staged_since_truncate = 0
         return self._conn
+
+    @staticmethod
+    def _register_dumpers(conn: psycopg.AsyncConnection) -> None:
+        """Binary COPY picks each column's dumper by type OID, and for bytea that is
+        psycopg's DB-API `Binary` dumper, written in Python. Registering the (C)
+        dumper of bytes again makes it the one for bytea: COPY formatting takes half
+        the time. JSON payloads arrive as msgspec.Raw views of the request body; the
+        same dumper sends them as they are."""
+        bytes_dumper = psycopg.adapters.get_dumper(bytes, BINARY)
+        conn.adapters.register_dumper(bytes, bytes_dumper)
+        conn.adapters.register_dumper(msgspec.Raw, bytes_dumper)
 
     async def drop(self) -> None:
         if self._conn is not None:
@@ -237,6 +258,22 @@ class Lane:
             except Exception:  # already broken; nothing to save
                 pass
             self._conn = None
+
+
+# What the session setup of _connection does, done inside each transaction instead
+# when sessions are pooled: SET LOCAL lasts until the commit, and the staging
+# tables are created where the transaction happens to run (once per server
+# session: IF NOT EXISTS, its notice silenced). Nothing is prepared.
+_TRANSACTION_SETUP = (
+    "SET LOCAL client_min_messages = warning",
+    *(
+        f"SET LOCAL {setting} = off"
+        for setting in ("enable_hashjoin", "enable_mergejoin", "enable_seqscan", "jit")
+    ),
+    "SET LOCAL standard_conforming_strings = on",
+    *statements.staging_ddl(WRITER_STAGES, emptied_at_commit=False),
+    statements.GUARD_DDL,
+)
 
 
 def _as_values(script: Script, insert: str, kinds: tuple[str, ...], rows: list[tuple]) -> bool:

@@ -42,10 +42,17 @@ BEGIN = "BEGIN ISOLATION LEVEL READ COMMITTED"
 
 @contextlib.asynccontextmanager
 async def transaction(conn: psycopg.AsyncConnection) -> AsyncIterator[None]:
-    """``conn.transaction()``, begun as :data:`BEGIN` does, whatever the database default."""
+    """``conn.transaction()`` for a finish or the reaper: begun as :data:`BEGIN` does,
+    whatever the database default, with the rollup staging tables at hand.
+
+    The tables are made inside the transaction (one round trip; a no-op on a
+    session that has them) rather than when the pooled connection opens: behind
+    a pooler in transaction mode the transaction may run on any server session.
+    """
     if conn.isolation_level != psycopg.IsolationLevel.READ_COMMITTED:
         await conn.set_isolation_level(psycopg.IsolationLevel.READ_COMMITTED)  # no round trip
     async with conn.transaction():
+        await conn.execute(_ROLLUP_STAGING)
         yield
 
 
@@ -357,7 +364,17 @@ MERGE_TOOL_ROLLUPS = _merge(
     ("project_id", "bucket", "tool_name", "duration_bin"), tool_rollups.COUNTERS,
 )  # fmt: skip
 # Every rollup table, in the order rule 3 fixes; no parameters, so one round trip.
-MERGE_ROLLUPS = ";\n".join((MERGE_RUN_ROLLUPS, MERGE_DURATION_ROLLUPS, MERGE_TOOL_ROLLUPS))
+# How finishes and the reaper end: merge what they staged, and leave the staging
+# tables empty. (Their ON COMMIT DELETE ROWS is not enough: behind a transaction
+# pooler the session may be one where the writer created the tables without it.)
+MERGE_ROLLUPS = ";\n".join(
+    (
+        MERGE_RUN_ROLLUPS,
+        MERGE_DURATION_ROLLUPS,
+        MERGE_TOOL_ROLLUPS,
+        *(f"DELETE FROM {name}" for name, _, _ in ROLLUP_STAGES),
+    )
+)
 
 
 # Finishing a run moves it between rollup counters: what it counted before (if it
@@ -445,3 +462,13 @@ WITH input AS (
 ), {_stage_finish_deltas(_TIME_OUT_DELTAS)}
 SELECT project_id, id FROM new
 """
+
+
+# One query string (no parameters: psycopg sends it in one round trip) that makes
+# sure the session has the rollup staging tables; their notices are silenced.
+_ROLLUP_STAGING = ";\n".join(
+    (
+        "SET LOCAL client_min_messages = warning",
+        *staging_ddl(ROLLUP_STAGES, emptied_at_commit=True),
+    )
+)

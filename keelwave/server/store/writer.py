@@ -105,6 +105,7 @@ class IngestWriter:
         connect_timeout: int = 5,
         lanes: int = 2,
         metrics: WriterEvents | None = None,
+        transaction_pooling: bool = False,
     ) -> None:
         self._metrics = metrics or _NoEvents()
         self._flush_max_rows = flush_max_rows
@@ -115,7 +116,9 @@ class IngestWriter:
         self._closing = False
         # Several lanes, each a connection committing batches: while one waits on
         # PostgreSQL, another fills the next batch. Run locks keep them apart.
-        self._lanes = [Lane(conninfo, connect_timeout) for _ in range(max(1, lanes))]
+        self._lanes = [
+            Lane(conninfo, connect_timeout, transaction_pooling) for _ in range(max(1, lanes))
+        ]
         self._tasks: list[asyncio.Task] = []
         self._rows_written = [0, 0, 0]  # per stage: runs, steps, model calls
 
@@ -207,6 +210,15 @@ class IngestWriter:
             # A fresh connection rebuilds all of it; if that fails too, the client
             # gets a 503 to retry, never a 4xx it would treat as final.
             await lane.drop()
+            if _session_lost(error) and not lane.transaction_pooling:
+                log.warning(
+                    "the writer's database session lost what it kept there (%s): a pooler "
+                    "in transaction mode? Writing without session state from now on; set "
+                    "KEELWAVE_DATABASE_POOLING=transaction to start so",
+                    _describe(error),
+                )
+                for each in self._lanes:
+                    each.transaction_pooling = True
             if not retried:
                 log.info("ingest flush retried on a new connection: %s", error)
                 await self._flush(batch, lane, retried=True)
@@ -256,6 +268,13 @@ def _settle(batch: list[Submission], error: BaseException | None) -> None:
             submission.future.set_result(None)
         else:
             submission.future.set_exception(error)
+
+
+def _session_lost(error: psycopg.Error) -> bool:
+    """A prepared statement or a staging table of the lane's session is gone."""
+    return isinstance(error, psycopg.errors.InvalidSqlStatementName) or (
+        isinstance(error, psycopg.errors.UndefinedTable) and "kw_" in str(error)
+    )
 
 
 def _describe(error: psycopg.Error) -> str:

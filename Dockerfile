@@ -6,7 +6,8 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY keelwave ./keelwave
 COPY alembic ./alembic
-RUN pip install --no-cache-dir . \
+# The server extra: the base distribution is the SDK alone (see README.md).
+RUN pip install --no-cache-dir '.[server]' \
     && useradd --system --create-home --home-dir /data keelwave \
     && rm -rf /src
 

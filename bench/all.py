@@ -1,7 +1,7 @@
 """Every benchmark in bench/, one after the other, then one table against the targets.
 
     python bench/all.py [--seconds 10] [--queries-db kw_bench_big]
-                        [--phoenix /tmp/phx/bin/phoenix] [--skip peer ...]
+                        [--phoenix /tmp/phx/bin/phoenix] [--skip peer cli ...]
 
 Each script runs as it would on its own (its own table is printed as it
 goes) and hands its figures over in a JSON file; the summary at the end puts
@@ -16,6 +16,9 @@ them next to the targets keelwave holds itself to on a 2-core machine:
   million steps / 7 days (built first, about five minutes on 2 cores, unless
   --queries-db names a database kept earlier with `queries.py --keep`);
 - sdk_overhead.py: the Python SDK adds under 10 µs to an observed call;
+- cli_startup.py: `keelwave --help`, `keelwave runs --help` and
+  `keelwave --version` each start and exit in under 0.3 s (median), next to
+  `python -c "import typer"` in the same run;
 - peer_phoenix.py: at least 100x Arize Phoenix's throughput on the same
   agent runs (skipped, and said so, when the `phoenix` command is missing).
 
@@ -35,7 +38,7 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).parent
-BENCHMARKS = ("ingest", "queries", "sdk", "peer")
+BENCHMARKS = ("ingest", "queries", "sdk", "cli", "peer")
 
 
 def run(script: str, arguments: list[str], results: Path) -> dict | list | None:
@@ -79,6 +82,8 @@ def main() -> None:
                 added = sdk["keelwave_us"] - sdk["bare_us"]
                 rows.append(("SDK: added per observed call", f"{added:.1f} µs", "< 10 µs",
                              added < 10))  # fmt: skip
+        if "cli" not in args.skip and (cli := run("cli_startup.py", [], out / "c.json")):
+            rows += _cli_rows(cli)
         if "peer" not in args.skip:
             if shutil.which(args.phoenix) is None:
                 rows.append(("Arize Phoenix, same workload", f"skipped: no {args.phoenix!r}",
@@ -100,6 +105,18 @@ def main() -> None:
         print(f"{what:<{width}}{measured:<44}{target:<16}{verdict}")
     if any(met is False for *_, met in rows):
         sys.exit(1)
+
+
+def _cli_rows(cli: dict) -> list[tuple[str, str, str, bool | None]]:
+    floor = cli["commands"][cli["floor"]]["median_s"]
+    rows = []
+    for label, row in cli["commands"].items():
+        if label.startswith("keelwave"):
+            measured = (f"{row['median_s']:.3f} s median, {row['best_s']:.3f} best, "
+                        f"{row['median_s'] / floor:.1f}× typer")  # fmt: skip
+            met = row["median_s"] < cli["target_s"]
+            rows.append((f"CLI start-up: {label}", measured, f"< {cli['target_s']} s", met))
+    return rows
 
 
 def _ingest_rows(ingest: dict, where: str) -> list[tuple[str, str, str, bool | None]]:

@@ -1,25 +1,56 @@
-"""What every database-facing command shares: settings from flags, errors as one line."""
+"""What every command shares: consoles, one-line errors, the database flags' declarations.
+
+Every command module imports this at its top, and typer imports every
+command module to build ``--help``: so this module imports typer and the
+standard library only (rich when something is printed). What talks to the database is in
+:mod:`keelwave.cli.database`, imported by the commands that need it.
+"""
 
 from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, cast
 
-import psycopg
-import sqlalchemy.exc
 import typer
-from rich.console import Console
 
-from keelwave.db.connect import database
-from keelwave.db.embedded import EmbeddedDatabaseError
-from keelwave.settings import Settings
+if TYPE_CHECKING:
+    from rich.console import Console
 
-stdout = Console(highlight=False, soft_wrap=True)
-stderr = Console(stderr=True, highlight=False, soft_wrap=True)
+
+def new_app(**options: Any) -> typer.Typer:
+    """A typer app (the command or a group of subcommands) whose help is plain text.
+
+    typer's boxed help imports rich.markdown and markdown-it: about 80 ms more
+    for every ``--help`` on the machine in docs/benchmarks.md, where the whole
+    of ``keelwave --help`` now takes 150 ms. Plain text, as click prints it, is
+    also what a coding agent reads best.
+    """
+    return typer.Typer(rich_markup_mode=None, **options)
+
+
+class _LazyConsole:
+    """A rich Console made on first use.
+
+    Importing rich.console takes about 25 ms, which ``--help`` and
+    ``--version`` (printed by typer) need not pay.
+    """
+
+    def __init__(self, **options: Any) -> None:
+        self._options = options
+        self._console: Console | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(highlight=False, soft_wrap=True, **self._options)
+        return getattr(self._console, name)
+
+
+stdout = cast("Console", _LazyConsole())
+stderr = cast("Console", _LazyConsole(stderr=True))
 
 DatabaseUrl = Annotated[
     str | None,
@@ -40,14 +71,6 @@ DataDir = Annotated[
 ]
 
 
-def settings_from(**flags: Any) -> Settings:
-    """Flags that were given override KEELWAVE_* variables, which override defaults."""
-    try:
-        return Settings(**{name: value for name, value in flags.items() if value is not None})
-    except ValueError as error:
-        fail(f"invalid setting: {error}")
-
-
 def fail(message: str, code: int = 1) -> NoReturn:
     stderr.print(f"[bold red]error:[/] {message}", markup=True, highlight=False)
     raise typer.Exit(code)
@@ -56,37 +79,6 @@ def fail(message: str, code: int = 1) -> NoReturn:
 def redact(url: str) -> str:
     """Hide the password of a database URL before printing it."""
     return re.sub(r"(://[^:/@]+:)[^@]*@", r"\1***@", url)
-
-
-@contextmanager
-def connected(settings: Settings) -> Iterator[str]:
-    """Yield a conninfo; turn every way of not reaching the database into one clear line."""
-    where = redact(settings.database_url) if settings.database_url else "the embedded database"
-    try:
-        with database(settings) as conninfo:
-            # Fail here, with libpq's own words, rather than deep inside alembic.
-            psycopg.connect(conninfo, connect_timeout=10).close()
-            yield conninfo
-    except EmbeddedDatabaseError as error:
-        fail(str(error))
-    except (psycopg.OperationalError, sqlalchemy.exc.OperationalError) as error:
-        fail(f"cannot connect to {where}: {_reason(getattr(error, 'orig', None) or error)}")
-
-
-def _reason(error: BaseException) -> str:
-    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
-    # libpq puts the useful part ("Connection refused", "password authentication
-    # failed") on the first line after the host and port.
-    return lines[0].split(": ", 1)[-1] if lines else "unreachable"
-
-
-def require_schema(conn: psycopg.Connection) -> None:
-    exists = conn.execute("SELECT to_regclass('api_keys') IS NOT NULL").fetchone()[0]
-    if not exists:
-        fail(
-            "this database has no keelwave schema yet: run `keelwave migrate` "
-            "(or `keelwave serve`, which migrates on start)"
-        )
 
 
 def is_tty() -> bool:

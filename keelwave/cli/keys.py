@@ -1,7 +1,9 @@
 """``keelwave keys``: create, list and revoke API keys, straight in the database.
 
 These commands work with the server running or not; on the embedded
-database they join the server that ``keelwave serve`` runs.
+database they join the server that ``keelwave serve`` runs. The database
+driver is imported when a command runs, not when typer reads the signatures
+(see :mod:`keelwave.cli.commands`).
 """
 
 from __future__ import annotations
@@ -11,29 +13,29 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
-import psycopg
 import typer
-from rich.table import Table
 
-from keelwave.cli.common import (
-    DatabaseUrl,
-    DataDir,
-    connected,
-    fail,
-    require_schema,
-    settings_from,
-    stdout,
-)
-from keelwave.db import keys as store
+from keelwave.cli.common import DatabaseUrl, DataDir, fail, new_app, stdout
 
-app = typer.Typer(help="Create, list and revoke API keys.", no_args_is_help=True)
+if TYPE_CHECKING:
+    import psycopg
+
+app = new_app(help="Create, list and revoke API keys.", no_args_is_help=True)
+
+# keelwave.db.keys.DEFAULT_PROJECT, spelt out: importing that module here would
+# load psycopg for every `keelwave` command (tests/test_cli_startup.py checks they agree).
+DEFAULT_PROJECT = "default"
 
 
 @contextmanager
 def key_database(database_url: str | None, data_dir: Path | None) -> Iterator[psycopg.Connection]:
     """A connection to a migrated keelwave database, or one clear error line."""
+    import psycopg
+
+    from keelwave.cli.database import connected, require_schema, settings_from
+
     settings = settings_from(database_url=database_url, data_dir=data_dir)
     with connected(settings) as conninfo, psycopg.connect(conninfo, autocommit=True) as conn:
         require_schema(conn)
@@ -53,7 +55,7 @@ JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON instead of te
 def create(
     project: Annotated[
         str, typer.Option("--project", "-p", help="Project name; created if it does not exist.")
-    ] = store.DEFAULT_PROJECT,
+    ] = DEFAULT_PROJECT,
     name: Annotated[
         str | None, typer.Option("--name", help="A label to recognise the key.")
     ] = None,
@@ -65,6 +67,8 @@ def create(
     data_dir: DataDir = None,
 ) -> None:
     """Create a key. It is printed once; only its hash is stored."""
+    from keelwave.db import keys as store
+
     with key_database(database_url, data_dir) as conn:
         try:
             created = store.create_key(conn, project, scope.value, name)
@@ -92,6 +96,10 @@ def list_(
     data_dir: DataDir = None,
 ) -> None:
     """List keys (never the keys themselves: only their first characters)."""
+    from rich.table import Table
+
+    from keelwave.db import keys as store
+
     with key_database(database_url, data_dir) as conn:
         rows = store.list_keys(conn, project)
     if as_json:
@@ -124,6 +132,8 @@ def revoke(
     data_dir: DataDir = None,
 ) -> None:
     """Revoke a key. Running servers stop accepting it at once."""
+    from keelwave.db import keys as store
+
     with key_database(database_url, data_dir) as conn:
         try:
             row = store.revoke_key(conn, key_id)

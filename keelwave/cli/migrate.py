@@ -1,17 +1,20 @@
-"""``keelwave migrate``: apply, undo and inspect schema migrations (alembic)."""
+"""``keelwave migrate``: apply, undo and inspect schema migrations (alembic).
+
+alembic and the database driver are imported when a command runs, not when
+typer reads the signatures (see :mod:`keelwave.cli.commands`).
+"""
 
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Annotated
 
 import typer
-from alembic.util import CommandError
 
-from keelwave.cli.common import DatabaseUrl, DataDir, connected, fail, settings_from
-from keelwave.db import migrate as migrations
+from keelwave.cli.common import DatabaseUrl, DataDir, fail, new_app
 
-app = typer.Typer(
+app = new_app(
     help="Apply or inspect database migrations. With no subcommand: upgrade to the latest.",
     invoke_without_command=True,
 )
@@ -21,7 +24,13 @@ def _only_revisions(record: logging.LogRecord) -> bool:
     return record.getMessage().startswith(("Running upgrade", "Running downgrade"))
 
 
-def _run(action, database_url: str | None, data_dir, *args) -> None:  # noqa: ANN001
+def _run(action: str, database_url: str | None, data_dir: Path | None, *args: str) -> None:
+    """Run ``keelwave.db.migrate.<action>`` on the database the flags name."""
+    from alembic.util import CommandError
+
+    from keelwave.cli.database import connected, settings_from
+    from keelwave.db import migrate as migrations
+
     # alembic reports each revision it runs through logging; show those lines only,
     # on a handler of our own (the root logger's handlers are not ours to filter).
     migration_log = logging.getLogger("alembic.runtime.migration")
@@ -36,7 +45,7 @@ def _run(action, database_url: str | None, data_dir, *args) -> None:  # noqa: AN
     settings = settings_from(database_url=database_url, data_dir=data_dir)
     with connected(settings) as conninfo:
         try:
-            action(conninfo, *args)
+            getattr(migrations, action)(conninfo, *args)
         except CommandError as error:
             fail(str(error))
 
@@ -48,7 +57,7 @@ def default(
     data_dir: DataDir = None,
 ) -> None:
     if ctx.invoked_subcommand is None:
-        _run(migrations.upgrade, database_url, data_dir, "head")
+        _run("upgrade", database_url, data_dir, "head")
 
 
 @app.command()
@@ -58,7 +67,7 @@ def upgrade(
     data_dir: DataDir = None,
 ) -> None:
     """Upgrade the schema to REVISION (default: the latest)."""
-    _run(migrations.upgrade, database_url, data_dir, revision)
+    _run("upgrade", database_url, data_dir, revision)
 
 
 @app.command()
@@ -68,18 +77,22 @@ def downgrade(
     data_dir: DataDir = None,
 ) -> None:
     """Downgrade the schema to REVISION. Downgrading past a table drops its data."""
-    _run(migrations.downgrade, database_url, data_dir, revision)
+    _run("downgrade", database_url, data_dir, revision)
 
 
 @app.command()
 def current(database_url: DatabaseUrl = None, data_dir: DataDir = None) -> None:
     """Show the revision the database is at."""
-    _run(migrations.current, database_url, data_dir)
+    _run("current", database_url, data_dir)
 
 
 @app.command()
 def history() -> None:
     """List every revision that ships with this keelwave."""
+    from alembic.util import CommandError
+
+    from keelwave.db import migrate as migrations
+
     try:
         migrations.history_offline()
     except CommandError as error:

@@ -11,18 +11,15 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich import box
-from rich.table import Table
-from rich.text import Text
 
-from keelwave.cli.common import fail, stdout
-from keelwave.remote import format as fmt
-from keelwave.remote.api import Api, ApiError
+from keelwave.cli.common import fail, new_app, stdout
 from keelwave.remote.config import resolve, save
-from keelwave.remote.timeline import fold
+
+if TYPE_CHECKING:
+    from keelwave.remote.api import Api
 
 Endpoint = Annotated[
     str | None,
@@ -43,13 +40,17 @@ ApiKey = Annotated[
 Json = Annotated[bool, typer.Option("--json", help="Print the API's JSON instead of tables.")]
 Window = Annotated[str, typer.Option(help="15m, 1h, 6h, 24h, 7d, 30d…")]
 
-runs_app = typer.Typer(help="List runs, or show one (`keelwave runs show RUN_ID`).",
-                       invoke_without_command=True)  # fmt: skip
+runs_app = new_app(
+    help="List runs, or show one (`keelwave runs show RUN_ID`).", invoke_without_command=True
+)
 
 
 @contextmanager
 def api_for(endpoint: str | None, api_key: str | None) -> Iterator[Api]:
     """An API client; any API error becomes one line on stderr and exit code 1."""
+    # Imported here, not above: urllib.request is a third of `keelwave --help`'s imports.
+    from keelwave.remote.api import Api, ApiError
+
     try:
         yield Api(resolve(endpoint, api_key))
     except ApiError as error:
@@ -65,7 +66,7 @@ def login(
     endpoint: Endpoint = None,
     api_key: ApiKey = None,
 ) -> None:
-    """Check a key against the server and remember both for the other commands."""
+    """Check a key against a server and save both for later commands."""
     credentials = resolve(endpoint, api_key)
     key = api_key or typer.prompt("API key (kw_…)", hide_input=True).strip()
     with api_for(credentials.endpoint, key) as api:
@@ -103,31 +104,9 @@ def runs(
     if as_json:
         print_json(data)
         return
-    looping = sum(1 for run in data if run["loop_detected"])
-    title = f"{len(data)} runs · loop rate {fmt.rate(looping / len(data) if data else None)}"
-    # Light borders, one space between columns, short cells: it fits in 80 columns.
-    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
-                  padding=(0, 1, 0, 0))  # fmt: skip
-    for column, justify, width in (("run", "left", 8), ("agent", "left", None),
-                                   ("started", "right", 8), ("duration", "right", 8),
-                                   ("steps", "right", 5), ("status", "left", 9),
-                                   ("loop", "left", 4), ("tokens", "right", 6),
-                                   ("cost", "right", 7)):  # fmt: skip
-        table.add_column(column, justify=justify, min_width=width,  # type: ignore[arg-type]
-                         no_wrap=True, overflow="ellipsis")  # fmt: skip
-    for run in data:
-        table.add_row(
-            fmt.short_id(run["id"]), run["agent_name"], fmt.ago(run["started_at"]),
-            fmt.duration(run["duration_ms"]), str(run["step_count"]), fmt.status(run),
-            Text("LOOP", style="bold white on red") if run["loop_detected"] else "",
-            fmt.tokens(run["input_tokens"] + run["output_tokens"]), fmt.money(run["cost_usd"]),
-        )  # fmt: skip
-    if not data:
-        stdout.print("No runs match. Send some with `keelwave demo`.")
-        return
-    stdout.print(table)
-    if answer.get("next_cursor"):
-        stdout.print("[dim]More runs exist: raise --limit (at most 500) or narrow the filters.[/]")
+    from keelwave.cli.tables import show_runs
+
+    show_runs(answer)
 
 
 @runs_app.command("show")
@@ -148,43 +127,9 @@ def show(
     if as_json:
         print_json({"run": run, "steps": steps, "llm_calls": calls})
         return
-    header = Table.grid(padding=(0, 2))
-    header.add_column(style="dim")
-    header.add_column()
-    loop = (f"[bold red]yes[/], from step {run['loop_step_index']}" if run["loop_detected"]
-            else "no")  # fmt: skip
-    for label, value in (
-        ("run", run["id"]),
-        ("agent", run["agent_name"]),
-        ("status", fmt.status(run, short=False)),
-        ("termination", run["termination_reason"] or "—"),
-        ("loop", loop),
-        ("duration", fmt.duration(run["duration_ms"])),
-        ("steps", str(run["step_count"])),
-        ("tokens", f"{fmt.tokens(run['input_tokens'])} in · "
-                   f"{fmt.tokens(run['output_tokens'])} out · {run['llm_calls']} model calls"),
-        ("cost", fmt.money(run["cost_usd"])),
-        ("parent", run["parent_run_id"] or "—"),
-        ("children", ", ".join(fmt.short_id(child) for child in run["child_runs"]) or "—"),
-    ):  # fmt: skip
-        header.add_row(label, value)
-    if run.get("error"):
-        header.add_row("error", Text(run["error"], style="red"))
-    stdout.print(header)
-    timeline = Table(title="timeline", title_justify="left")
-    timeline.add_column("step", justify="right", no_wrap=True)
-    timeline.add_column("what")
-    timeline.add_column("duration", justify="right")
-    timeline.add_column("", no_wrap=True)
-    for band in fold(steps):
-        low, high = band.indices
-        where = str(low) if low == high else f"{low}–{high}"
-        what = Text(band.label, style="bold red" if band.is_loop else "")
-        if not band.is_loop and band.first.get("in_loop"):
-            what.append(f"  (repeats ×{band.first['loop_hits']})", style="red")
-        note = Text(f"{band.errors} error(s)", style="red") if band.errors else ""
-        timeline.add_row(where, what, fmt.duration(band.duration_ms), note)
-    stdout.print(timeline if steps else "No steps recorded.")
+    from keelwave.cli.tables import show_run
+
+    show_run(run, steps)
 
 
 def loops(
@@ -194,24 +139,19 @@ def loops(
     endpoint: Endpoint = None,
     api_key: ApiKey = None,
 ) -> None:
-    """A run's loop groups: which tool repeated which input, how often, at which steps."""
+    """A run's loops: which tool repeated which input, and where.
+
+    Each group: the tool, how often, at which steps, and the fingerprint.
+    """
     with api_for(endpoint, api_key) as api:
         run_id = api.resolve_run(run_ref)
         data = api.agent(f"/runs/{run_id}/loops")["data"]
     if as_json:
         print_json(data)
         return
-    if not data:
-        stdout.print(f"Run {fmt.short_id(run_id)} repeats nothing: no loops.")
-        return
-    table = Table(title=f"loops of run {run_id}", title_justify="left")
-    for column in ("fingerprint", "tool", "hits", "steps"):
-        table.add_column(column, justify="right" if column == "hits" else "left")
-    for group in data:
-        fingerprint = group["fingerprint"] if full else group["fingerprint"][:12] + "…"
-        table.add_row(fingerprint, group["tool_name"], str(group["hits"]),
-                      ", ".join(map(str, group["step_indices"])))  # fmt: skip
-    stdout.print(table)
+    from keelwave.cli.tables import show_loops
+
+    show_loops(run_id, data, full=full)
 
 
 def summary(
@@ -220,7 +160,10 @@ def summary(
     endpoint: Endpoint = None,
     api_key: ApiKey = None,
 ) -> None:
-    """The window against the one before it, the termination mix, agents by loop rate."""
+    """This window against the last, and agents by loop rate.
+
+    Also how the window's runs ended (the termination mix).
+    """
     with api_for(endpoint, api_key) as api:
         numbers = api.agent("/summary", window=window)["data"]
         terminations = api.agent("/runs/terminations", window=window)["data"]
@@ -228,37 +171,6 @@ def summary(
     if as_json:
         print_json({"summary": numbers, "terminations": terminations, "health": health})
         return
-    now, before = numbers["current"], numbers["previous"]
-    table = Table(title=f"last {window} vs the {window} before", title_justify="left")
-    for column in ("", "now", "before", "change"):
-        table.add_column(column, justify="left" if not column else "right")
-    rows = (
-        ("runs", now["runs"], before["runs"], str, False),
-        ("loop rate", now["loop_rate"], before["loop_rate"], fmt.rate, True),
-        ("error rate", now["error_rate"], before["error_rate"], fmt.rate, True),
-        ("stalled", now["stalled_runs"], before["stalled_runs"], str, False),
-        ("p95 duration", now["p95_duration_ms"], before["p95_duration_ms"], fmt.duration, False),
-        ("tokens", now["input_tokens"] + now["output_tokens"],
-         before["input_tokens"] + before["output_tokens"], fmt.tokens, False),
-        ("cost", now["cost_usd"], before["cost_usd"], fmt.money, False),
-    )  # fmt: skip
-    for label, current, previous, show_value, points in rows:
-        table.add_row(label, show_value(current), show_value(previous),
-                      fmt.change(current, previous, as_points=points))  # fmt: skip
-    stdout.print(table)
-    mix = Table(title="how runs ended", title_justify="left")
-    mix.add_column("termination")
-    mix.add_column("runs", justify="right")
-    for row in terminations:
-        if row["count"]:
-            mix.add_row(row["termination_reason"] or "not finished yet", str(row["count"]))
-    stdout.print(mix)
-    agents = Table(title="agents by loop rate", title_justify="left")
-    for column in ("agent", "runs", "loop rate", "error rate", "stalled", "p95", "cost"):
-        agents.add_column(column, justify="left" if column == "agent" else "right")
-    for row in health:
-        agents.add_row(row["agent_name"], str(row["runs"]), fmt.rate(row["loop_rate"]),
-                       fmt.rate(row["error_rate"]), str(row["stalled_runs"]),
-                       fmt.duration(row["p95_duration_ms"]),
-                       fmt.money(row["cost_usd"]))  # fmt: skip
-    stdout.print(agents if health else "No runs in this window.")
+    from keelwave.cli.tables import show_summary
+
+    show_summary(window, numbers, terminations, health)

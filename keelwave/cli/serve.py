@@ -1,39 +1,24 @@
-"""``keelwave serve``: the API (and, later, the dashboard) on one origin.
+"""``keelwave serve``: the API and the dashboard on one origin.
 
 It builds the same application object the tests build (``create_app``); all
 this module adds is the process around it: the database (embedded unless a
-URL is given), migrations, the first key, signals and a clean exit.
+URL is given), migrations, the first key, worker processes, and a clean exit.
+The server is imported when the command runs, not when typer reads its
+signature (see :mod:`keelwave.cli.commands`).
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
-import signal
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
-import psycopg
 import typer
-from aiohttp import web
 
-from keelwave.cli import workers as workers_mod
-from keelwave.cli.common import (
-    DatabaseUrl,
-    DataDir,
-    connected,
-    fail,
-    redact,
-    settings_from,
-    stdout,
-)
-from keelwave.db import keys as key_store
-from keelwave.db import migrate as migrations
-from keelwave.server.app import create_app, tune_garbage_collector
-from keelwave.server.ingest.pricing import PriceTable, PriceTableError
-from keelwave.settings import Settings
+from keelwave.cli.common import DatabaseUrl, DataDir, fail, redact, stdout
 
-log = logging.getLogger("keelwave")
+if TYPE_CHECKING:
+    from keelwave.db.keys import CreatedKey
 
 
 def serve(
@@ -65,6 +50,17 @@ def serve(
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
 ) -> None:
     """Run the keelwave server."""
+    import asyncio
+
+    import psycopg
+
+    from keelwave.cli import server_loop
+    from keelwave.cli import workers as workers_mod
+    from keelwave.cli.database import connected, settings_from
+    from keelwave.db import keys as key_store
+    from keelwave.db import migrate as migrations
+    from keelwave.server.ingest.pricing import PriceTable, PriceTableError
+
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -98,10 +94,26 @@ def serve(
             # Every process must bind the same port: choose it now.
             settings = settings.model_copy(update={"port": workers_mod.free_port(settings.host)})
         children: list = []
+
+        async def when_listening(port: int) -> None:
+            # (blocking: the others must be listening before we say we are)
+            await asyncio.to_thread(
+                lambda: children.extend(workers_mod.start(count - 1, settings, conninfo))
+            )
+            url = f"http://{_display_host(settings.host)}:{port}"
+            if first_key is not None:
+                _print_first_key(first_key, url)
+            more = f", {count} processes" if count > 1 else ""
+            stdout.print(f"keelwave listening on {url}  (database: {where}{more})")
+            stdout.print("Press Ctrl+C to stop.")
+
         try:
             asyncio.run(
-                _serve(settings, conninfo, where, first_key, prices, count,
-                       lambda: children.extend(workers_mod.start(count - 1, settings, conninfo)))
+                server_loop.serve_app(
+                    settings, conninfo, prices, reuse_port=count > 1,
+                    when_listening=when_listening,
+                    when_stopping=lambda: stdout.print("Shutting down: committing buffered data…"),
+                )
             )  # fmt: skip
         except OSError as error:
             fail(f"cannot listen on {settings.host}:{settings.port}: {error.strerror or error}")
@@ -112,50 +124,13 @@ def serve(
         stdout.print("Stopped.")
 
 
-async def _serve(
-    settings: Settings,
-    conninfo: str,
-    where: str,
-    first_key: key_store.CreatedKey | None,
-    prices: PriceTable,
-    processes: int = 1,
-    start_others=lambda: None,  # noqa: ANN001
-) -> None:
-    app = create_app(settings, conninfo, prices)
-    runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=30)
-    await runner.setup()
-    tune_garbage_collector()
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, stop.set)
-    try:
-        site = web.TCPSite(runner, settings.host, settings.port, reuse_port=processes > 1)
-        await site.start()
-        # (blocking: the others must be listening before we say we are)
-        await asyncio.to_thread(start_others)
-        port = site._server.sockets[0].getsockname()[1]  # the real one when --port 0
-        url = f"http://{_display_host(settings.host)}:{port}"
-        if first_key is not None:
-            _print_first_key(first_key, url)
-        more = f", {processes} processes" if processes > 1 else ""
-        stdout.print(f"keelwave listening on {url}  (database: {where}{more})")
-        stdout.print("Press Ctrl+C to stop.")
-        await stop.wait()
-        stdout.print("Shutting down: committing buffered data…")
-    finally:
-        # Stops accepting, lets in-flight requests finish, then the writer commits
-        # what is buffered (app cleanup) before the pool closes.
-        await runner.cleanup()
-
-
 def _display_host(host: str) -> str:
     if host in ("0.0.0.0", "::", ""):
         return "localhost"
     return f"[{host}]" if ":" in host else host
 
 
-def _print_first_key(created: key_store.CreatedKey, url: str) -> None:
+def _print_first_key(created: CreatedKey, url: str) -> None:
     stdout.print()
     stdout.print(
         f"First start: created project [bold]{created.project}[/] and an API key "

@@ -28,9 +28,7 @@ import socket
 import time
 from typing import Any
 
-from aiohttp import web
-
-from keelwave.server.app import create_app, tune_garbage_collector
+from keelwave.cli.server_loop import serve_app
 from keelwave.server.ingest.pricing import PriceTable
 from keelwave.settings import Settings
 
@@ -106,27 +104,18 @@ def stop(processes: list[multiprocessing.Process], timeout: float = 30) -> None:
 
 def _worker(settings_data: dict[str, Any], conninfo: str, parent_pid: int, listening: Any) -> None:
     settings = Settings(**settings_data)
-    asyncio.run(_serve(settings, conninfo, parent_pid, listening))
 
-
-async def _serve(settings: Settings, conninfo: str, parent_pid: int, listening: Any) -> None:
-    app = create_app(settings, conninfo, PriceTable.load(settings.prices_file))
-    runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=30)
-    await runner.setup()
-    tune_garbage_collector()
-    stopping = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, stopping.set)
-    try:
-        await web.TCPSite(runner, settings.host, settings.port, reuse_port=True).start()
+    async def say_listening(port: int) -> None:
         listening.put(os.getpid())
-        while not stopping.is_set():
-            if os.getppid() != parent_pid:  # the first process is gone: so are we
-                break
-            try:
-                await asyncio.wait_for(stopping.wait(), timeout=1.0)
-            except TimeoutError:
-                pass
-    finally:
-        await runner.cleanup()  # commits what this worker buffered
+
+    asyncio.run(
+        serve_app(
+            settings,
+            conninfo,
+            PriceTable.load(settings.prices_file),
+            reuse_port=True,
+            when_listening=say_listening,
+            # the first process is gone (even by kill -9): so are we
+            still_wanted=lambda: os.getppid() == parent_pid,
+        )
+    )  # serve_app's cleanup commits what this worker buffered

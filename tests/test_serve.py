@@ -256,3 +256,42 @@ def test_workers_share_the_port_and_leave_with_the_first(fresh_db_url: str, tmp_
             break
         threading.Event().wait(0.2)
     assert not alive
+
+
+def test_a_second_server_on_a_busy_port_refuses_to_start(
+    fresh_db_url: str, db_url: str, tmp_path: Path
+) -> None:
+    """With SO_REUSEPORT the kernel would let a second keelwave (or anything) share the
+    port and split requests between two databases at random: one line, exit 1."""
+    first = ServeProcess(
+        "--database-url", fresh_db_url, "--workers", "2", log=tmp_path / "first.log"
+    )
+    try:
+        port = first.url.rsplit(":", 1)[1]
+        for workers in ("2", "1"):
+            second = keelwave(
+                "serve", "--port", port, "--database-url", db_url, "--workers", workers,
+                "--data-dir", str(tmp_path / f"other-{workers}"), timeout=60,
+            )  # fmt: skip
+            assert second.returncode == 1, second.stdout + second.stderr
+            lines = second.stderr.strip().splitlines()
+            assert len(lines) == 1 and port in lines[0] and "in use" in lines[0], second.stderr
+            assert "Traceback" not in second.stderr and "kw_" not in second.stdout
+    finally:
+        first.stop()
+
+
+def test_a_second_server_on_the_same_data_directory_refuses_to_start(tmp_path: Path) -> None:
+    """Two servers on one embedded database: the second would stop it under the first."""
+    data_dir = tmp_path / "data"
+    first = ServeProcess("--data-dir", str(data_dir), "--workers", "1", log=tmp_path / "1.log")
+    try:
+        second = keelwave("serve", "--data-dir", str(data_dir), "--port", "0", timeout=60)
+        assert second.returncode == 1, second.stdout + second.stderr
+        lines = second.stderr.strip().splitlines()
+        assert len(lines) == 1 and str(data_dir) in lines[0], second.stderr
+        assert str(first.process.pid) in lines[0]
+        # The first one is unharmed.
+        assert httpx.get(first.url + "/readyz", timeout=10).status_code == 200
+    finally:
+        first.stop()

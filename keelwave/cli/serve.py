@@ -54,7 +54,7 @@ def serve(
 
     import psycopg
 
-    from keelwave.cli import server_loop
+    from keelwave.cli import exclusive, server_loop
     from keelwave.cli import workers as workers_mod
     from keelwave.cli.database import connected, settings_from
     from keelwave.db import keys as key_store
@@ -68,6 +68,12 @@ def serve(
     settings = settings_from(
         host=host, port=port, database_url=database_url, data_dir=data_dir, workers=workers
     )
+    try:
+        exclusive.check_port_free(settings.host, settings.port)
+        if not settings.database_url:
+            held = exclusive.claim_data_dir(settings.data_dir)  # noqa: F841 (kept until exit)
+    except exclusive.Taken as error:
+        fail(str(error))
     where = (
         redact(settings.database_url)
         if settings.database_url

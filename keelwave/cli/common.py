@@ -9,7 +9,6 @@ standard library only (rich when something is printed). What talks to the databa
 from __future__ import annotations
 
 import re
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn, cast
 
@@ -79,7 +78,3 @@ def fail(message: str, code: int = 1) -> NoReturn:
 def redact(url: str) -> str:
     """Hide the password of a database URL before printing it."""
     return re.sub(r"(://[^:/@]+:)[^@]*@", r"\1***@", url)
-
-
-def is_tty() -> bool:
-    return sys.stdout.isatty()

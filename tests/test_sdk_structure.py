@@ -101,6 +101,15 @@ def test_the_sdk_takes_its_vocabulary_from_the_protocol_module(
     graph: grimp.ImportGraph,
 ) -> None:
     assert graph.direct_import_exists(importer=f"{SDK}._run", imported="keelwave.protocol")
+    assert graph.direct_import_exists(importer=f"{SDK}._validate", imported="keelwave.protocol")
+
+
+def test_the_checks_and_the_delivery_sit_low_in_the_tree(graph: grimp.ImportGraph) -> None:
+    # What every other module uses: they import nothing of the SDK above them.
+    imported = graph.find_modules_directly_imported_by(f"{SDK}._validate")
+    assert {m for m in imported if m.startswith("keelwave")} == {"keelwave.protocol"}
+    imported = graph.find_modules_directly_imported_by(f"{SDK}._delivery")
+    assert {m for m in imported if m.startswith("keelwave")} == {f"{SDK}._validate"}
 
 
 def test_public_names_are_reexported() -> None:
@@ -117,5 +126,6 @@ def test_public_names_are_reexported() -> None:
 def test_the_private_modules_are_private(graph: grimp.ImportGraph) -> None:
     children = {m.rsplit(".", 1)[1] for m in graph.find_children(SDK)}
     assert children == {
-        "_adapters", "_canonical", "_client", "_context", "_errors", "_run", "_transport",
+        "_adapters", "_canonical", "_client", "_context", "_delivery", "_errors", "_run",
+        "_spool", "_transport", "_validate",
     }  # fmt: skip

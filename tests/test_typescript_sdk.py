@@ -11,9 +11,9 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from serve_process import ServeProcess
+from serve_process import ServeProcess, free_port
 
-from keelwave import protocol
+from keelwave import Keelwave, protocol
 from keelwave.db import keys as key_store
 from keelwave.sdk import canonical_json, fingerprint
 
@@ -46,10 +46,18 @@ def test_node_suite_against_a_real_server(built_sdk: Path, db_url: str, tmp_path
         ingest = key_store.create_key(conn, "typescript", "ingest").key
         read = key_store.create_key(conn, "typescript", "read").key
     server = ServeProcess("--database-url", db_url, log=tmp_path / "serve.log")
+    # One that takes bodies of up to 64 KiB only, for the SDK to split its batches for.
+    small = ServeProcess(
+        "--database-url",
+        db_url,
+        env={"KEELWAVE_MAX_BODY_BYTES": str(64 * 1024)},
+        log=tmp_path / "small.log",
+    )
     try:
         env = {
             **os.environ,
             "KEELWAVE_TEST_ENDPOINT": server.url,
+            "KEELWAVE_TEST_SMALL_ENDPOINT": small.url,
             "KEELWAVE_TEST_INGEST_KEY": ingest,
             "KEELWAVE_TEST_READ_KEY": read,
         }
@@ -65,8 +73,9 @@ def test_node_suite_against_a_real_server(built_sdk: Path, db_url: str, tmp_path
         assert "# fail 0" in result.stdout
         assert "# skipped 0" in result.stdout  # the server tests really ran
     finally:
-        server.stop()
-        server.kill()
+        for process in (server, small):
+            process.stop()
+            process.kill()
 
 
 def test_protocol_constants_match_the_python_module(built_sdk: Path) -> None:
@@ -104,3 +113,64 @@ def test_the_package_exports_the_protocol(built_sdk: Path) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout) == []
+
+
+TYPESCRIPT_OFFLINE = """
+import { Keelwave } from "./dist/index.js";
+const client = new Keelwave();  // KEELWAVE_SPOOL_DIR: it takes the Python client's file
+const id = await client.run("from-typescript", (run) => {
+  for (let i = 0; i < 5; i++) run.toolCall("t", { input: { i } });
+  return run.id;
+});
+console.log(id);
+"""
+
+
+def test_the_two_sdks_resend_each_others_spool(
+    built_sdk: Path, db_url: str, tmp_path: Path
+) -> None:
+    """One format, one protocol: a mixed fleet shares a spool directory. Python's file
+    is claimed by a TypeScript process that cannot send it either and writes it out
+    again with its own events at exit; a Python client sends them all."""
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        key = key_store.create_key(conn, "spools", "ingest")
+    port, spool = free_port(), tmp_path / "spool"
+    endpoint = f"http://127.0.0.1:{port}"
+    python = Keelwave(api_key=key.key, endpoint=endpoint, spool_dir=spool, flush_at_exit=False)
+    with python.run("from-python") as run:
+        for i in range(7):
+            run.tool_call("t", input={"i": i})
+    python.shutdown(timeout=0.2)
+    env = {**os.environ, "KEELWAVE_API_KEY": key.key, "KEELWAVE_ENDPOINT": endpoint,
+           "KEELWAVE_SPOOL_DIR": str(spool)}  # fmt: skip
+    result = subprocess.run(
+        ["node", "--input-type=module", "-e", TYPESCRIPT_OFFLINE],
+        cwd=built_sdk,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    [written] = [path for path in spool.iterdir() if not path.name.startswith(".")]
+    assert written.suffix == ".jsonl"
+
+    server = ServeProcess(
+        "--database-url", db_url, "--port", str(port), log=tmp_path / "serve.log", port=None
+    )
+    try:
+        later = Keelwave(api_key=key.key, endpoint=endpoint, spool_dir=spool, flush_at_exit=False)
+        assert later.flush(timeout=30)
+        later.shutdown()
+    finally:
+        server.stop()
+        server.kill()
+    assert list(spool.iterdir()) == []
+    with psycopg.connect(db_url) as conn:
+        rows = conn.execute(
+            "SELECT r.agent_name, r.termination_reason, count(s.step_index) FROM agent_runs r "
+            "JOIN agent_steps s ON s.run_id = r.id WHERE r.project_id = %s "
+            "GROUP BY 1, 2 ORDER BY 1",
+            (key.project_id,),
+        ).fetchall()
+    assert rows == [("from-python", "clean", 7), ("from-typescript", "clean", 5)]

@@ -4,8 +4,9 @@ It never imports keelwave.server, keelwave.tui or anything they need: agents
 install keelwave for this module alone, and importing it stays fast.
 
 The names below are the whole public surface; the modules behind them are
-private (``_client``, ``_run``, ``_context``, ``_transport``, ``_canonical``,
-``_errors``, ``_adapters``), as in httpx, so they can be split or merged
+private (``_client``, ``_run``, ``_context``, ``_validate``, ``_transport``,
+``_delivery``, ``_spool``, ``_canonical``, ``_errors``, ``_adapters``), as in
+httpx, so they can be split or merged
 without breaking anyone's imports. Their imports form a tree, with the
 client at the top: see tests/test_sdk_structure.py.
 """

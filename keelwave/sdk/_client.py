@@ -6,7 +6,12 @@ and a queue append; the network is the transport thread's business.
 
 The top of the SDK's import tree: this module uses the run, the run context
 and the transport, and nothing else in the SDK imports it (runs and adapters
-are handed the client's send function instead), so there is no cycle.
+are handed the client's send and report functions instead), so there is no
+cycle.
+
+What is wrong in the code itself (a step type outside the protocol, a bad
+name or tags given to a decorator) raises ValueError here, at decoration
+time; what arrives at run time is checked by the run (see ``_validate``).
 """
 
 from __future__ import annotations
@@ -22,12 +27,15 @@ import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from keelwave.protocol import DEFAULT_STEP_TYPE
+from keelwave.protocol import DEFAULT_STEP_TYPE, STEP_TYPES, TERMINATION_REASONS
+from keelwave.sdk import _validate as check
 from keelwave.sdk._canonical import canonical_json, fingerprint
 from keelwave.sdk._context import current_run, current_step_index
+from keelwave.sdk._delivery import Event, Send
 from keelwave.sdk._errors import AgentStopped
 from keelwave.sdk._run import Run
-from keelwave.sdk._transport import Event, Send, Transport
+from keelwave.sdk._spool import DEFAULT_MAX_BYTES, Spool
+from keelwave.sdk._transport import EXIT_TIMEOUT, Transport
 
 log = logging.getLogger("keelwave")
 
@@ -42,6 +50,11 @@ class Keelwave:
     ``KEELWAVE_ENDPOINT`` (else http://localhost:8080). Without a key the
     client does nothing at all (and says so once in the log): decorated
     functions run as if undecorated, and runs still have ids.
+
+    ``spool_dir`` (default ``KEELWAVE_SPOOL_DIR``; off when neither is set)
+    keeps what could not be sent before the process ended, up to
+    ``spool_max_bytes`` in all, for the next client started with the same
+    directory, endpoint and key, which resends it in the background.
     """
 
     def __init__(
@@ -51,17 +64,26 @@ class Keelwave:
         *,
         max_queue: int = 100_000,
         flush_at_exit: bool = True,
+        spool_dir: str | os.PathLike | None = None,
+        spool_max_bytes: int = DEFAULT_MAX_BYTES,
     ) -> None:
         self.api_key = api_key if api_key is not None else os.environ.get("KEELWAVE_API_KEY")
         self.endpoint = (
             endpoint or os.environ.get("KEELWAVE_ENDPOINT") or DEFAULT_ENDPOINT
         ).rstrip("/")
+        if spool_dir is None:
+            spool_dir = os.environ.get("KEELWAVE_SPOOL_DIR") or None
+        self._problems = check.Problems()  # each kind of problem is said once per client
         self._transport: Transport | None = None
         if not self.api_key:
             log.warning("keelwave: no API key (set KEELWAVE_API_KEY); nothing will be recorded")
         else:
+            spool = None
+            if spool_dir is not None:
+                spool = Spool(spool_dir, self.endpoint, self.api_key, spool_max_bytes)
             try:
-                self._transport = Transport(self.endpoint, self.api_key, max_queue=max_queue)
+                self._transport = Transport(self.endpoint, self.api_key, max_queue=max_queue,
+                                            problems=self._problems, spool=spool)  # fmt: skip
             except ValueError as error:
                 log.warning("keelwave: %s; nothing will be recorded", error)
         if self._transport is not None and flush_at_exit:
@@ -76,12 +98,24 @@ class Keelwave:
         if self._transport is not None:
             self._transport.send(event)
 
+    def _report(self, kind: str, message: str) -> None:
+        self._problems.warn(kind, message)
+
     def flush(self, timeout: float = 10.0) -> bool:
-        """Block until everything recorded so far is sent; False if ``timeout`` passed first."""
+        """Block until everything recorded so far is sent; True if the server stored it all.
+
+        False if ``timeout`` passed first, or if anything recorded since the
+        previous flush was lost: refused by the server (a refused key, an
+        event it would not take) or dropped because the queue was full. The
+        log says which, once.
+        """
         return self._transport.flush(timeout) if self._transport else True
 
     def shutdown(self, timeout: float = 10.0) -> None:
-        """Send what is queued (up to ``timeout``) and stop the background sender."""
+        """Send what is queued (up to ``timeout``) and stop the background sender.
+
+        What is still unsent is written to the spool directory, if there is one.
+        """
         if self._transport is not None:
             self._transport.close(timeout)
 
@@ -122,7 +156,8 @@ class Keelwave:
         handed between threads). It is not made the current run; a run never
         finished shows as running, then stalled, then timed out.
         """
-        return Run(self._send, name, input=input, metadata=metadata, tags=tags, run_id=run_id)
+        return Run(self._send, name, input=input, metadata=metadata, tags=tags, run_id=run_id,
+                   report=self._report)  # fmt: skip
 
     def agent(
         self,
@@ -133,10 +168,14 @@ class Keelwave:
         tags: list[str] | None = None,
         metadata: dict[str, Any] | None = None,
     ) -> Callable[[F], F]:
-        """Decorate an agent function: each call is a run (sync or async)."""
+        """Decorate an agent function: each call is a run (sync or async).
+
+        A ``name`` or ``tags`` the server would refuse raise ValueError here.
+        """
+        tags = check.tags(tags)
 
         def decorate(func: F) -> F:
-            run_name = name or func.__name__
+            run_name = check.name(func.__name__ if name is None else name, "name")
             binder = _Binder(func)
             options = dict(metadata=metadata, tags=tags, max_steps=max_steps,
                            stop_on_loop=stop_on_loop)  # fmt: skip
@@ -177,10 +216,14 @@ class Keelwave:
         its return value ``tool_output``. For ``tool_call`` steps the
         fingerprint check runs, so a repeated call with the same input flags
         the run as looping. Outside a run the function is simply called.
+
+        A ``step_type`` outside the protocol's, or a ``name`` the server would
+        refuse, raise ValueError here, before the tool is ever called.
         """
+        check.vocabulary(step_type, STEP_TYPES, "step_type")
 
         def decorate(func: F) -> F:
-            tool_name = name or func.__name__
+            tool_name = check.name(func.__name__ if name is None else name, "name")
             binder = _Binder(func)
             fingerprinted = step_type == "tool_call"
 
@@ -229,13 +272,13 @@ class Keelwave:
         """Record every chat/responses call of an OpenAI client (sync or async)."""
         from keelwave.sdk._adapters.openai import wrap_openai
 
-        return wrap_openai(self._sender(), client)
+        return wrap_openai(self._sender(), client, self._report)
 
     def wrap_anthropic(self, client: Any) -> Any:
         """Record every messages call of an Anthropic client (sync or async)."""
         from keelwave.sdk._adapters.anthropic import wrap_anthropic
 
-        return wrap_anthropic(self._sender(), client)
+        return wrap_anthropic(self._sender(), client, self._report)
 
     def _sender(self) -> Send | None:
         # None when nothing is recorded: a wrapped call then costs only the wrapper.
@@ -289,7 +332,8 @@ class RunScope:
         self.output: Any = None
 
     def __enter__(self) -> Run:
-        self.run = Run(self._client._send, self._name, parent=current_run.get(), **self._options)
+        self.run = Run(self._client._send, self._name, parent=current_run.get(),
+                       report=self._client._report, **self._options)  # fmt: skip
         self._token = current_run.set(self.run)
         return self.run
 
@@ -298,7 +342,7 @@ class RunScope:
         current_run.reset(self._token)
         if exc is None:
             self.run.finish("clean", output=self.output)
-        elif isinstance(exc, AgentStopped):
+        elif isinstance(exc, AgentStopped) and exc.termination_reason in TERMINATION_REASONS:
             self.run.finish(exc.termination_reason, error=exc)
         elif isinstance(exc, Exception):
             self.run.finish("error", error=exc)
@@ -350,4 +394,4 @@ class _Binder:
 def _close_at_exit(ref: weakref.ref) -> None:
     client = ref()
     if client is not None:
-        client.shutdown(timeout=5.0)
+        client.shutdown(timeout=EXIT_TIMEOUT)

@@ -6,9 +6,14 @@ so the first repeat flags the run as looping at the step where the
 repetition *began*, not where it was caught.
 
 A run knows nothing of the client that made it: it is given a send function
-(a callable that queues an event) instead. So the dependencies go one way:
-the client and the provider adapters import this module (the adapters for
-``model_call_event``), and it imports neither of them.
+(a callable that queues an event) and a report function (that logs a problem
+once) instead. So the dependencies go one way: the client and the provider
+adapters import this module (the adapters for ``model_call_event``), and it
+imports neither of them.
+
+Every event is checked as it is made (see ``_validate``): a bad value drops
+its own event, or leaves out its own field, and is reported; it never reaches
+the server to get a whole batch refused.
 """
 
 from __future__ import annotations
@@ -21,10 +26,18 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
-from keelwave.protocol import DEFAULT_STEP_TYPE, TERMINATION_REASONS
+from keelwave.protocol import (
+    AMOUNT_MAX,
+    DEFAULT_STEP_TYPE,
+    STEP_INDEX_MAX,
+    STEP_TYPES,
+    TERMINATION_REASONS,
+)
+from keelwave.sdk import _validate as check
 from keelwave.sdk._canonical import canonical_json, fingerprint
+from keelwave.sdk._delivery import Event, Send, dumps
 from keelwave.sdk._errors import LoopDetected, MaxStepsExceeded
-from keelwave.sdk._transport import Event, Send, dumps
+from keelwave.sdk._validate import Report
 
 
 def _now() -> str:
@@ -35,7 +48,9 @@ class Run:
     """A run in progress. Get the current one with :func:`keelwave.get_current_run`.
 
     Made by ``client.run`` / ``@client.agent``, which pass their own queueing
-    function as ``send``; every event of the run goes through it.
+    function as ``send``; every event of the run goes through it. A run whose
+    name or id the server would refuse is not recorded at all (``recorded``
+    is False, and the log says why): its steps alone would mean nothing.
     """
 
     def __init__(
@@ -50,8 +65,17 @@ class Run:
         max_steps: int | None = None,
         stop_on_loop: bool = False,
         run_id: str | None = None,
+        report: Report | None = None,
     ) -> None:
-        self.id = run_id or str(uuid.uuid4())
+        self._report = report or check.default_report
+        self.recorded = True
+        canonical = str(uuid.uuid4()) if run_id is None else check.as_uuid(run_id)
+        self.id = canonical or str(run_id)
+        problem = "is not a UUID" if canonical is None else check.name_problem(name)
+        if problem is not None:
+            self.recorded = False
+            field, value = ("run_id", run_id) if canonical is None else ("agent_name", name)
+            check.refuse(self._report, field, value, problem, "the run is not recorded")
         self.name = name
         self.parent = parent
         self.max_steps = max_steps
@@ -63,17 +87,20 @@ class Run:
         self._indices = itertools.count(1)
         self._last_index = 0
         self._first_seen: dict[bytes, int] = {}
+        if not self.recorded:
+            return
         body: dict[str, Any] = {"id": self.id, "agent_name": name, "started_at": _now()}
-        if parent is not None:
+        if parent is not None and parent.recorded:
             body["parent_run_id"] = parent.id
-        if metadata:
-            body["metadata"] = metadata
+        tags = check.clean_tags(tags, self._report)
         if tags:
-            body["tags"] = list(tags)
-        text = dumps(body)
+            body["tags"] = tags
+        text = dumps(body)[:-1]
+        if metadata:  # as canonical JSON: NaN or a set in metadata must not break the request
+            text += f',"metadata":{canonical_json(metadata)}'
         if input is not None:
-            text = f'{text[:-1]},"input":{canonical_json(input)}}}'
-        send(Event("run", text))
+            text += f',"input":{canonical_json(input)}'
+        send(Event("run", text + "}"))
 
     def __repr__(self) -> str:
         return f"<Run {self.name} {self.id}>"
@@ -108,8 +135,16 @@ class Run:
         step_type: str = DEFAULT_STEP_TYPE,
     ) -> int:
         """Record a tool call and return its step index. It does not fingerprint:
-        pair it with :meth:`check_fingerprint` to have repeats flag the run."""
+        pair it with :meth:`check_fingerprint` to have repeats flag the run.
+
+        A ``step_type`` outside the protocol raises ValueError; a ``name`` the
+        server would refuse drops this step (the index is still taken)."""
+        check.vocabulary(step_type, STEP_TYPES, "step_type")
         index = self.next_step_index()
+        problem = check.name_problem(name)
+        if problem is not None:
+            check.refuse(self._report, "tool_name", name, problem, "the step is dropped")
+            return index
         self._send_step(index, step_type, name, canonical_json(input),
                         None if output is None else canonical_json(output),
                         None, duration_ms, error)  # fmt: skip
@@ -139,6 +174,16 @@ class Run:
         error: str | BaseException | None,
         started_at: float | None = None,
     ) -> None:
+        if not self.recorded:
+            return
+        if index > STEP_INDEX_MAX:
+            check.refuse(self._report, "step_index", index, f"is beyond {STEP_INDEX_MAX}",
+                         "the step is dropped")  # fmt: skip
+            return
+        if duration_ms is not None and (
+            type(duration_ms) is not float or not 0.0 <= duration_ms <= AMOUNT_MAX
+        ):  # the fast path is for the observed tools' own timings, always fine
+            duration_ms = check.optional_amount(duration_ms, "duration_ms", "step", self._report)
         # The JSON text is put together by the sender thread, not the agent's.
         self._send(Event("step", functools.partial(
             _render_step, self.id, index, step_type, tool_name, input_json, output_json,
@@ -188,13 +233,18 @@ class Run:
         error: str | BaseException | None = None,
         step_index: int | None = None,
     ) -> str:
-        """Record a model call; returns its id. Without ``cost_usd`` the server prices it."""
+        """Record a model call; returns its id. Without ``cost_usd`` the server prices it.
+
+        A provider, model or token count the server would refuse drops the call;
+        a cost or latency it would refuse is left out (so the server prices it)."""
         event, call_id = model_call_event(
-            self.id, provider, model, input_tokens=input_tokens, output_tokens=output_tokens,
-            cache_read_tokens=cache_read_tokens, reasoning_tokens=reasoning_tokens,
-            cost_usd=cost_usd, latency_ms=latency_ms, error=error, step_index=step_index,
+            self.id if self.recorded else None, provider, model, input_tokens=input_tokens,
+            output_tokens=output_tokens, cache_read_tokens=cache_read_tokens,
+            reasoning_tokens=reasoning_tokens, cost_usd=cost_usd, latency_ms=latency_ms,
+            error=error, step_index=step_index if self.recorded else None, report=self._report,
         )  # fmt: skip
-        self._send(event)
+        if event is not None:
+            self._send(event)
         return call_id
 
     # -- the end -----------------------------------------------------------
@@ -208,12 +258,10 @@ class Run:
         """Finish the run. Later calls are ignored: the first finish wins."""
         if self.finished:
             return
-        if termination_reason not in TERMINATION_REASONS:
-            raise ValueError(
-                f"termination_reason must be one of {', '.join(TERMINATION_REASONS)}, "
-                f"not {termination_reason!r}"
-            )
+        check.vocabulary(termination_reason, TERMINATION_REASONS, "termination_reason")
         self.termination_reason = termination_reason
+        if not self.recorded:
+            return
         body: dict[str, Any] = {
             "id": self.id,  # for the batch endpoint, which finishes many runs at once
             "termination_reason": termination_reason,
@@ -221,7 +269,12 @@ class Run:
             "ended_at": _now(),
         }
         if self.loop_step_index is not None:
-            body["loop_step_index"] = self.loop_step_index
+            problem = check.step_index_problem(self.loop_step_index)
+            if problem is None:
+                body["loop_step_index"] = self.loop_step_index
+            else:
+                check.refuse(self._report, "loop_step_index", self.loop_step_index, problem,
+                             "the run is finished without it")  # fmt: skip
         if error is not None:
             body["error"] = _error_text(error)
         text = dumps(body)
@@ -253,9 +306,9 @@ def _render_step(
     if output_json is not None:
         parts.append(f',"tool_output":{output_json}')
     if content is not None:
-        parts.append(f',"content":{json.dumps(content)}')
+        parts.append(f',"content":{json.dumps(check.free_text(content))}')
     if duration_ms is not None:
-        parts.append(f',"duration_ms":{max(0.0, float(duration_ms)):.3f}')
+        parts.append(f',"duration_ms":{duration_ms:.3f}')
     if error is not None:
         parts.append(f',"error":{json.dumps(error)}')
     parts.append("}")
@@ -275,28 +328,51 @@ def model_call_event(
     latency_ms: float | None = None,
     error: str | BaseException | None = None,
     step_index: int | None = None,
-) -> tuple[Event, str]:
-    """The event for one model call (with a fresh id, so a resend is stored once)."""
+    report: Report = check.default_report,
+) -> tuple[Event | None, str]:
+    """The event for one model call (with a fresh id, so a resend is stored once).
+
+    None instead of the event when the call cannot be stored: a provider or
+    model that is not a valid name, a token count that is not a whole number
+    from 0 to TOKEN_COUNT_MAX (sent as 0 it would be priced wrong, silently).
+    """
     call_id = str(uuid.uuid4())
+    for field, value in (("provider", provider), ("model", model)):
+        problem = check.name_problem(value)
+        if problem is not None:
+            check.refuse(report, field, value, problem, "the model call is dropped")
+            return None, call_id
+    tokens = {"input_tokens": input_tokens or 0, "output_tokens": output_tokens or 0,
+              "cache_read_tokens": cache_read_tokens or 0,
+              "reasoning_tokens": reasoning_tokens or 0}  # fmt: skip
+    for field, value in tokens.items():
+        problem = check.token_problem(value)
+        if problem is not None:
+            check.refuse(report, field, value, problem, "the model call is dropped")
+            return None, call_id
+        tokens[field] = int(value)
     body: dict[str, Any] = {
         "id": call_id,
         "provider": provider,
         "model": model,
-        "input_tokens": int(input_tokens or 0),
-        "output_tokens": int(output_tokens or 0),
-        "cache_read_tokens": int(cache_read_tokens or 0),
-        "reasoning_tokens": int(reasoning_tokens or 0),
+        **tokens,
         "status": "error" if error is not None else "ok",
         "started_at": _now(),
     }
     if run_id is not None:
         body["run_id"] = run_id
     if step_index is not None:
-        body["step_index"] = step_index
-    if cost_usd is not None:
-        body["cost_usd"] = float(cost_usd)
-    if latency_ms is not None:
-        body["latency_ms"] = max(0.0, float(latency_ms))
+        problem = check.step_index_problem(step_index)
+        if problem is None:
+            body["step_index"] = step_index
+        else:
+            check.refuse(report, "step_index", step_index, problem, "the call is sent without it")
+    cost = check.optional_amount(cost_usd, "cost_usd", "model call", report)
+    if cost is not None:
+        body["cost_usd"] = cost
+    latency = check.optional_amount(latency_ms, "latency_ms", "model call", report)
+    if latency is not None:
+        body["latency_ms"] = latency
     if error is not None:
         body["error"] = _error_text(error)
     return Event("ai", dumps(body)), call_id
@@ -304,5 +380,5 @@ def model_call_event(
 
 def _error_text(error: str | BaseException) -> str:
     if isinstance(error, BaseException):
-        return f"{type(error).__name__}: {error}"
-    return str(error)
+        return check.free_text(f"{type(error).__name__}: {error}")
+    return check.free_text(str(error))

@@ -5,109 +5,95 @@ waiting and sends it in batches, one request per kind of event (run starts,
 steps, model calls, finishes), up to ``IN_FLIGHT`` requests at a time over
 keep-alive connections: the server answers only after commit, so one request
 at a time would leave it idle. Order matters only in that a run is created
-before it is finished; see ``_take``.
+before it is finished; see ``_take``. How one batch is sent (retried, split
+when refused) is ``_delivery``'s business.
 
-Failures never reach the agent:
+Failures never reach the agent. When the queue is full, new events are
+dropped and counted. ``flush()`` says whether everything recorded until then
+was stored: False after its timeout, and False when anything since the last
+flush was lost (refused by the server, a refused key, a full queue).
 
-* connection errors, 429 and 5xx are retried with exponential backoff
-  (honouring ``Retry-After``), forever while there is room in the queue;
-  retries are safe because every event carries a stable identity (run id,
-  run id + step index, model call id);
-* other 4xx mean the event itself is wrong: it is dropped and logged once
-  per kind of problem;
-* when the queue is full, new events are dropped and counted; the count is
-  logged when sending resumes and at exit.
+At close (``shutdown()``, interpreter exit) what could not be sent is
+reported, or, with a spool directory, written there for the next client with
+that directory, which resends it in the background (``_spool``).
 
-``flush()`` waits until everything queued so far is sent (or a timeout);
-the client flushes at interpreter exit.
+After ``os.fork()`` the child has none of the parent's threads: a client made
+before a fork (gunicorn, Celery prefork, a ``fork`` multiprocessing pool)
+would queue events in the child that nothing sends. So the child rebuilds
+its sender with an empty queue (what was queued before the fork is the
+parent's to send), as OpenTelemetry's SDK does, and in a multiprocessing
+child it also flushes when the process ends, since those skip ``atexit``.
 """
 
 from __future__ import annotations
 
-import http.client
-import json
 import logging
+import os
 import queue
-import random
+import sys
 import threading
 import time
-import urllib.parse
+import weakref
 from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass
+
+from keelwave.sdk._delivery import Delivery, Event, Poster
+from keelwave.sdk._spool import Spool
+from keelwave.sdk._validate import Problems
 
 log = logging.getLogger("keelwave")
 
 MAX_BATCH = 500  # steps or model calls in one request
 MAX_ROUND = 16 * MAX_BATCH  # events taken from the queue for one round of requests
 IN_FLIGHT = 4  # requests sent at once, each on its own connection
-
-
-@dataclass(slots=True)
-class Event:
-    """One thing to send: ``body`` is its JSON text, or a function the sender
-    thread calls to make it (so the agent's thread does not pay for it)."""
-
-    kind: str  # "run", "step", "ai" or "finish"
-    body: str | Callable[[], str]
-
-    def text(self) -> str:
-        return self.body if isinstance(self.body, str) else self.body()
-
-
-# What a run and the adapters hand their events to: the client's queueing function.
-# A plain callable, so neither needs the client (nor imports it) to record anything.
-Send = Callable[[Event], None]
-
-
-_PATHS = {
-    "run": "/v1/ingest/agent/runs",
-    "step": "/v1/ingest/agent/steps",
-    "ai": "/v1/ingest/ai",
-    "finish": "/v1/ingest/agent/runs/finish",  # the batch form: one request, many finishes
-}
+EXIT_TIMEOUT = 5.0  # how long a process's end waits for the server
 
 
 class Transport:
     def __init__(self, endpoint: str, api_key: str, max_queue: int = 100_000,
-                 timeout: float = 10.0) -> None:  # fmt: skip
-        parsed = urllib.parse.urlsplit(endpoint)
-        if parsed.scheme not in ("http", "https") or not parsed.hostname:
-            raise ValueError(f"keelwave endpoint must be an http(s) URL, not {endpoint!r}")
-        self._scheme = parsed.scheme
-        self._host = parsed.hostname
-        self._port = parsed.port
-        self._prefix = parsed.path.rstrip("/")
-        self._headers = {
-            "Authorization": f"Bearer {api_key}",
-            "Content-Type": "application/json",
-            "User-Agent": "keelwave-python",
-        }
-        self._timeout = timeout
+                 timeout: float = 10.0, *, problems: Problems | None = None,
+                 spool: Spool | None = None) -> None:  # fmt: skip
+        self._poster = Poster(endpoint, api_key, timeout)  # raises ValueError for a bad URL
+        self._problems = problems or Problems()
+        self._spool = spool
         self._max_queue = max_queue
-        self._queue: deque[Event] = deque()
-        self._wakeup = threading.Event()
-        self._idle = threading.Condition()
-        self._sending = 0  # events taken from the queue but not yet settled
         self._dropped = 0
-        self._reported: set[str] = set()
-        self._down_since: float | None = None
         self._closed = False
-        self._local = threading.local()
-        self._thread = threading.Thread(target=self._run, name="keelwave-transport", daemon=True)
-        self._thread.start()
+        self._start(resend=spool is not None)
+        _transports.add(self)
+
+    def _start(self, resend: bool) -> None:
+        """Fresh state and threads: in the constructor, and in a forked child."""
+        self._queue: deque[Event] = deque()
+        self._taken: dict[int, Event] = {}  # taken from the queue, not yet settled
+        self._unfed: list[Event] = []  # read from the spool, not yet queued
+        self._feeding = resend
+        self._lost = 0  # events lost since the last flush
+        self._idle = threading.Condition()
+        self._wakeup = threading.Event()
+        self._delivery = Delivery(
+            self._poster,
+            self._problems,
+            settle=self._settle,
+            closing=lambda: self._closed,
+            pause=self._pause,
+            dropped=lambda: self._dropped,
+        )
+        threading.Thread(target=self._run, name="keelwave-transport", daemon=True).start()
         # Helpers for the extra requests in flight; daemons, so a server that is
         # down never keeps the agent's process from exiting.
         self._work: queue.SimpleQueue[tuple[list[Event], threading.Event]] = queue.SimpleQueue()
         for number in range(IN_FLIGHT - 1):
             threading.Thread(target=self._help, name=f"keelwave-transport-{number + 1}",
                              daemon=True).start()  # fmt: skip
+        if resend:
+            threading.Thread(target=self._resend, name="keelwave-spool", daemon=True).start()
 
     # -- the agent's side: cheap, never blocks, never raises -------------------
 
     def send(self, event: Event) -> None:
         if self._closed or len(self._queue) >= self._max_queue:
             self._dropped += 1
+            self._lost += 1
             return
         was_empty = not self._queue
         self._queue.append(event)
@@ -115,49 +101,81 @@ class Transport:
             self._wakeup.set()
 
     def flush(self, timeout: float = 10.0) -> bool:
-        """Wait until everything queued so far has been sent; False on timeout."""
+        """Wait until everything queued so far is settled; True if it was all stored.
+
+        False after ``timeout``, or when anything since the previous flush was
+        lost (its log line says why).
+        """
+        if not self._wait(timeout):
+            return False
+        with self._idle:
+            lost, self._lost = self._lost, 0
+        return not lost
+
+    def _wait(self, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
         self._wakeup.set()
         with self._idle:
-            while self._queue or self._sending:
+            while self._queue or self._taken or self._feeding:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return False
                 self._idle.wait(min(remaining, 0.1))
         return True
 
-    def close(self, timeout: float = 5.0) -> None:
-        flushed = self.flush(timeout)
-        self._closed = True
+    def close(self, timeout: float = EXIT_TIMEOUT) -> None:
+        """Send what is queued (up to ``timeout``), then stop; spool or report the rest."""
+        if self._closed:
+            return
+        self._wait(timeout)
+        with self._idle:
+            self._closed = True
+            left = [*self._unfed, *self._taken.values(), *self._queue]  # oldest first
+            self._queue.clear()
+            self._taken.clear()
+            self._unfed = []
+            self._idle.notify_all()
         self._wakeup.set()
-        left = len(self._queue) + self._sending
-        if not flushed and left:
-            log.warning("keelwave: %d events were not sent before exit", left)
+        if self._spool is not None:
+            self._spool_left(left)
+        elif left:
+            log.warning("keelwave: %d events were not sent before exit (the server did not "
+                        "answer; a spool directory would keep them for later)",
+                        len(left))  # fmt: skip
         if self._dropped:
             log.warning("keelwave: %d events were dropped (the queue was full)", self._dropped)
+
+    def _spool_left(self, left: list[Event]) -> None:
+        assert self._spool is not None
+        if left:
+            path = self._spool.write(left)
+            if path is None:  # said why; the claims stay, for a later process to take over
+                return
+            log.warning("keelwave: %d events were not sent before exit; written to %s, for "
+                        "the next client that starts with this spool directory", len(left),
+                        path)  # fmt: skip
+        self._spool.release_all()  # what they held is stored, or in the new file
 
     @property
     def dropped(self) -> int:
         return self._dropped
 
-    # -- the sender thread -----------------------------------------------------
+    # -- the sender threads --------------------------------------------------------
 
     def _run(self) -> None:
-        while not self._closed or self._queue:
+        while not self._closed:
             if not self._queue:
                 self._wakeup.wait(1.0)
                 self._wakeup.clear()
                 continue
+            phases = self._take()
             try:
-                for phase in self._take():
+                for phase in phases:
                     self._deliver_together(phase)
-            except Exception:  # a bug must not kill the sender
+            except Exception:  # a bug must not kill the sender, nor keep flush() waiting
                 log.exception("keelwave: failed to send events")
-            finally:
-                with self._idle:
-                    self._sending = 0
-                    self._idle.notify_all()
-        self._close_connection()
+                self._settle([e for phase in phases for batch in phase for e in batch], False)
+        self._poster.close_connection()
 
     def _deliver_together(self, batches: list[list[Event]]) -> None:
         """Send the batches, up to IN_FLIGHT at once; return when all are settled."""
@@ -167,19 +185,18 @@ class Transport:
             self._work.put((batch, settled))
             done.append(settled)
         if batches:
-            self._deliver(batches[0])  # this thread sends one itself
+            self._delivery.deliver(batches[0])  # this thread sends one itself
         for settled in done:
             settled.wait()
-        with self._idle:
-            self._sending -= sum(len(batch) for batch in batches)
 
     def _help(self) -> None:
         while True:
             batch, settled = self._work.get()
             try:
-                self._deliver(batch)
+                self._delivery.deliver(batch)
             except Exception:  # a bug must not kill the helper
                 log.exception("keelwave: failed to send events")
+                self._settle(batch, False)
             finally:
                 settled.set()
 
@@ -195,7 +212,7 @@ class Transport:
         """
         with self._idle:
             taken = [self._queue.popleft() for _ in range(min(len(self._queue), MAX_ROUND))]
-            self._sending = len(taken)
+            self._taken.update((id(event), event) for event in taken)
         by_kind: dict[str, list[Event]] = {"run": [], "step": [], "ai": [], "finish": []}
         for event in taken:
             by_kind[event.kind].append(event)
@@ -206,82 +223,107 @@ class Transport:
 
         return [batches("run") + batches("step") + batches("ai"), batches("finish")]
 
-    def _deliver(self, batch: list[Event]) -> None:
-        first = batch[0]
-        # Every kind goes in batches: each ingest endpoint takes an array.
-        path, body = _PATHS[first.kind], "[" + ",".join(e.text() for e in batch) + "]"
-        delay = 0.5
-        while True:
-            status, retry_after = self._post(path, body.encode("utf-8"))
-            if status is not None and status < 300:
-                if self._down_since is not None:
-                    log.warning("keelwave: server reachable again after %.0f s; sending resumes",
-                                time.monotonic() - self._down_since)  # fmt: skip
-                    self._down_since = None
-                    if self._dropped:
-                        log.warning("keelwave: %d events were dropped while it was unreachable",
-                                    self._dropped)  # fmt: skip
-                return
-            if status is not None and status != 429 and status < 500:
-                message = (f"keelwave: the server refused {len(batch)} {first.kind} event(s) "
-                           f"with HTTP {status}; dropping them")  # fmt: skip
-                self._report(f"http-{status}", message)
-                return
-            if self._down_since is None:
-                self._down_since = time.monotonic()
-                self._report("down", "keelwave: cannot reach the server "
-                             f"({'HTTP ' + str(status) if status else 'no connection'}); "
-                             "the agent keeps running, events are kept and retried")  # fmt: skip
-            if self._closed:
-                return  # exiting: what is left is reported by close()
-            wait = retry_after if retry_after is not None else delay * random.uniform(0.8, 1.2)
-            self._wakeup.wait(min(wait, 30.0))
-            self._wakeup.clear()
-            delay = min(delay * 2, 30.0)
+    def _settle(self, events: list[Event], stored: bool) -> None:
+        """``events`` are done with: stored, or lost for good (and already said so)."""
+        if not self._closed:  # once closed, the claims are settled by close()
+            for event in events:  # first: flush() returns with the spool files deleted
+                if event.claim is not None:
+                    event.claim.settled()
+        with self._idle:
+            for event in events:
+                self._taken.pop(id(event), None)
+            if not stored:
+                self._lost += len(events)
+            self._idle.notify_all()
 
-    def _post(self, path: str, body: bytes) -> tuple[int | None, float | None]:
-        for attempt in (1, 2):  # a kept-alive connection may have been closed by the server
-            try:
-                conn = self._connection()
-                conn.request("POST", self._prefix + path, body=body, headers=self._headers)
-                response = conn.getresponse()
-                response.read()
-                retry_after = response.getheader("Retry-After")
-                return response.status, _seconds(retry_after)
-            except (OSError, http.client.HTTPException):
-                self._close_connection()
-                if attempt == 2:
-                    return None, None
-        return None, None
+    def _pause(self, seconds: float) -> None:
+        """Wait before a retry; flush() and close() cut it short."""
+        self._wakeup.wait(seconds)
+        self._wakeup.clear()
 
-    def _connection(self) -> http.client.HTTPConnection:
-        conn = getattr(self._local, "conn", None)  # one keep-alive connection per thread
-        if conn is None:
-            cls = http.client.HTTPSConnection if self._scheme == "https" else \
-                http.client.HTTPConnection  # fmt: skip
-            conn = self._local.conn = cls(self._host, self._port, timeout=self._timeout)
-        return conn
+    # -- resending a spool -------------------------------------------------------
 
-    def _close_connection(self) -> None:
-        conn = getattr(self._local, "conn", None)
-        if conn is not None:
-            conn.close()
-            self._local.conn = None
+    def _resend(self) -> None:
+        """Queue the spooled events of this client's files, never filling the queue."""
+        assert self._spool is not None
+        try:
+            for claim in self._spool.claims():
+                with self._idle:  # atomic with close(): its events are fed, or given back
+                    if self._closed:
+                        self._spool.give_back(claim)
+                        return
+                    self._spool.hold(claim)
+                    self._unfed = list(claim.events)
+                while self._feed():
+                    self._spool.refresh()
+        except Exception:  # a bug must not keep flush() waiting
+            log.exception("keelwave: failed to resend the spool")
+        finally:
+            with self._idle:
+                self._feeding = False
+                self._idle.notify_all()
+        while self._spool.holding and not self._closed:  # until the claims are settled
+            with self._idle:
+                self._idle.wait(5.0)
+            self._spool.refresh()
 
-    def _report(self, kind: str, message: str) -> None:
-        if kind not in self._reported:
-            self._reported.add(kind)
-            log.warning(message)
+    def _feed(self) -> bool:
+        """Move what fits of the spooled events into the queue; False when done."""
+        with self._idle:
+            if self._closed or not self._unfed:
+                return False
+            room = max(1, self._max_queue // 2) - len(self._queue)  # room left for the agent
+            if room <= 0:
+                self._idle.wait(0.5)
+                return True
+            self._queue.extend(self._unfed[:room])
+            del self._unfed[:room]
+        self._wakeup.set()
+        return True
 
+    # -- fork --------------------------------------------------------------------
 
-def _seconds(header: str | None) -> float | None:
-    if not header:
-        return None
-    try:
-        return max(0.0, float(header))
-    except ValueError:
-        return None
+    def _restart_in_child(self) -> None:
+        if self._closed:
+            return
+        self._dropped = 0
+        self._poster.forget_connections()
+        if self._spool is not None:
+            self._spool.forget()
+        self._start(resend=False)
+        _close_at_multiprocessing_exit(self)
 
 
-def dumps(value: object) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
+# Every live transport, for the fork hook; weak, so a client can still be collected.
+_transports: weakref.WeakSet[Transport] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for transport in list(_transports):
+        transport._restart_in_child()
+
+
+if hasattr(os, "register_at_fork"):  # POSIX
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _close_at_multiprocessing_exit(transport: Transport) -> None:
+    """In a multiprocessing child, flush when the child ends: it leaves by os._exit, so
+    atexit never runs, but multiprocessing runs its own finalizers first. They are
+    cleared right after the fork, so the finalizer is registered from an after-fork
+    hook, which multiprocessing runs once it has cleared them."""
+    util = sys.modules.get("multiprocessing.util")
+    if util is not None:
+        util.register_after_fork(transport, _register_finalizer)
+
+
+def _register_finalizer(transport: Transport) -> None:
+    from multiprocessing import util
+
+    util.Finalize(None, _close, args=(weakref.ref(transport),), exitpriority=10)
+
+
+def _close(ref: weakref.ref[Transport]) -> None:
+    transport = ref()
+    if transport is not None:
+        transport.close(EXIT_TIMEOUT)

@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from keelwave.sdk._adapters.recording import Usage, field, number, patch
-from keelwave.sdk._transport import Send
+from keelwave.sdk._delivery import Send
+from keelwave.sdk._validate import Report, default_report
 
 
 def _read_usage(usage_obj: Any, usage: Usage) -> None:
@@ -41,13 +42,16 @@ def _read_event(event: Any, usage: Usage) -> None:
         _read_usage(field(event, "usage"), usage)
 
 
-def wrap_anthropic(send: Send | None, anthropic_client: Any) -> Any:
+def wrap_anthropic(
+    send: Send | None, anthropic_client: Any, report: Report = default_report
+) -> Any:
     """Patch ``messages`` of ``anthropic_client`` in place and return it.
 
-    ``send`` queues the recorded calls (None: record nothing). The object itself
+    ``send`` queues the recorded calls (None: record nothing); ``report`` says a
+    problem with one (a model name the server would refuse) once. The object itself
     is returned, not a proxy, so the agent keeps using the type it knows.
     """
     messages = field(anthropic_client, "messages")
     if messages is not None:
-        patch(send, messages, "create", "anthropic", _read_response, _read_event)
+        patch(send, report, messages, "create", "anthropic", _read_response, _read_event)
     return anthropic_client

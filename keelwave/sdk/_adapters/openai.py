@@ -13,7 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 from keelwave.sdk._adapters.recording import Usage, field, number, patch
-from keelwave.sdk._transport import Send
+from keelwave.sdk._delivery import Send
+from keelwave.sdk._validate import Report, default_report
 
 
 def _read_usage(usage_obj: Any, usage: Usage) -> None:
@@ -52,16 +53,17 @@ def _read_response_event(event: Any, usage: Usage) -> None:
         _read_response(response, usage)
 
 
-def wrap_openai(send: Send | None, openai_client: Any) -> Any:
+def wrap_openai(send: Send | None, openai_client: Any, report: Report = default_report) -> Any:
     """Patch ``chat.completions`` and ``responses`` of ``openai_client`` in place and return it.
 
-    ``send`` queues the recorded calls (None: record nothing). The object itself
+    ``send`` queues the recorded calls (None: record nothing); ``report`` says a
+    problem with one (a model name the server would refuse) once. The object itself
     is returned, not a proxy, so the agent keeps using the type it knows.
     """
     chat = field(openai_client, "chat", "completions")
     if chat is not None:
-        patch(send, chat, "create", "openai", _read_response, _read_chat_chunk)
+        patch(send, report, chat, "create", "openai", _read_response, _read_chat_chunk)
     responses = field(openai_client, "responses")
     if responses is not None:
-        patch(send, responses, "create", "openai", _read_response, _read_response_event)
+        patch(send, report, responses, "create", "openai", _read_response, _read_response_event)
     return openai_client

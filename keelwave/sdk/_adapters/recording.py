@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
 import time
 from collections.abc import Callable
 from typing import Any
 
 from keelwave.sdk._context import current_step_index, get_current_run
+from keelwave.sdk._delivery import Send
 from keelwave.sdk._run import model_call_event
-from keelwave.sdk._transport import Send
+from keelwave.sdk._validate import Report
 
 
 class Usage:
@@ -43,19 +45,32 @@ def field(obj: Any, *names: str) -> Any:
 
 
 def number(value: Any) -> int:
-    return int(value) if isinstance(value, (int, float)) else 0
+    """A token count from a provider's response: 0 when absent or not a finite number
+    (int() of a NaN would raise inside the agent's own call)."""
+    if isinstance(value, int):
+        return value
+    return int(value) if isinstance(value, float) and math.isfinite(value) else 0
 
 
 def record(
-    send: Send | None, provider: str, usage: Usage, started: float, error: BaseException | None
+    send: Send | None,
+    report: Report,
+    provider: str,
+    usage: Usage,
+    started: float,
+    error: BaseException | None,
 ) -> None:
     """Send one model call, linked to the current run and step when there are any.
 
     ``send`` is None when the SDK records nothing (no API key): no event is built.
+    A call that cannot be stored (a model name the server would refuse) is
+    dropped and reported, never raised into the agent's call.
     """
     if send is None:
         return
     run = get_current_run()
+    if run is not None and not run.recorded:
+        run = None  # a run that is not recorded: the call is, on its own
     event, _ = model_call_event(
         run.id if run is not None else None,
         provider,
@@ -67,12 +82,15 @@ def record(
         latency_ms=(time.perf_counter() - started) * 1000,
         error=error,
         step_index=current_step_index.get() if run is not None else None,
+        report=report,
     )
-    send(event)
+    if event is not None:
+        send(event)
 
 
 def patch(
     send: Send | None,
+    report: Report,
     resource: Any,
     method: str,
     provider: str,
@@ -85,7 +103,7 @@ def patch(
         return
 
     def finish(response: Any, usage: Usage, started: float, stream: bool) -> Any:
-        done = functools.partial(record, send, provider, usage, started)
+        done = functools.partial(record, send, report, provider, usage, started)
         if stream:
             wrapper = AsyncRecordingStream if hasattr(response, "__aiter__") else RecordingStream
             return wrapper(response, done, usage, read_chunk)
@@ -97,7 +115,7 @@ def patch(
         try:
             response = await pending
         except BaseException as error:
-            record(send, provider, usage, started, error)
+            record(send, report, provider, usage, started, error)
             raise
         return finish(response, usage, started, stream)
 
@@ -111,7 +129,7 @@ def patch(
         try:
             response = original(*args, **kwargs)
         except BaseException as error:
-            record(send, provider, usage, started, error)
+            record(send, report, provider, usage, started, error)
             raise
         if inspect.isawaitable(response):
             return finish_async(response, usage, started, stream)

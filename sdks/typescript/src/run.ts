@@ -1,8 +1,12 @@
 // A run: one execution of an agent, with its steps, model calls and loop state.
+// Every event is checked as it is made (validate.ts): a bad value drops its own
+// event, or leaves out its own field, and is reported once; it never reaches the
+// server to get a whole batch refused.
 import { randomUUID } from "node:crypto";
 import { canonicalJson, fingerprint } from "./canonical.js";
-import { TERMINATION_REASONS, type CallStatus, type TerminationReason } from "./protocol.js";
+import { STEP_INDEX_MAX, TERMINATION_REASONS, type CallStatus, type StepType, type TerminationReason } from "./protocol.js";
 import type { Event } from "./transport.js";
+import * as check from "./validate.js";
 
 /** A guard stopped the agent; `terminationReason` says which. */
 export class AgentStopped extends Error {
@@ -25,25 +29,37 @@ export type RunOptions = { input?: unknown; metadata?: Record<string, unknown>; 
 type Sink = (event: Event) => void;
 
 const now = () => new Date().toISOString();
-const errorText = (error: unknown) => (error instanceof Error ? `${error.name}: ${error.message}` : String(error));
+const errorText = (error: unknown) => check.freeText(error instanceof Error ? `${error.name}: ${error.message}` : String(error));
 
 export class Run {
   readonly id: string;
+  /** False when the server would refuse the run's name or id: nothing of it is sent (the log says why). */
+  readonly recorded: boolean = true;
   loopDetected = false;
   loopStepIndex: number | null = null;
   terminationReason: TerminationReason | null = null;
   private lastIndex = 0;
   private firstSeen = new Map<string, number>();
 
-  constructor(private sink: Sink, readonly name: string, readonly parent: Run | null, private options: RunOptions = {}) {
-    this.id = options.runId ?? randomUUID();
+  constructor(private sink: Sink, readonly name: string, readonly parent: Run | null, private options: RunOptions = {}, private report: check.Report = check.defaultReport) {
+    const canonical = options.runId === undefined ? randomUUID() : check.asUuid(String(options.runId));
+    this.id = canonical ?? String(options.runId);
+    const problem = canonical === undefined ? "is not a UUID" : check.nameProblem(name);
+    if (problem !== undefined) {
+      this.recorded = false;
+      const [field, value] = canonical === undefined ? ["runId", options.runId] : ["agent_name", name];
+      check.refuse(report, field, value, problem, "the run is not recorded");
+      return;
+    }
     const body: Record<string, unknown> = { id: this.id, agent_name: name, started_at: now() };
-    if (parent) body.parent_run_id = parent.id;
-    if (options.metadata) body.metadata = options.metadata;
-    if (options.tags) body.tags = options.tags;
-    let text = JSON.stringify(body);
-    if (options.input !== undefined) text = `${text.slice(0, -1)},"input":${canonicalJson(options.input)}}`;
-    sink({ kind: "run", body: text });
+    if (parent?.recorded) body.parent_run_id = parent.id;
+    const tags = check.cleanTags(options.tags, report);
+    if (tags) body.tags = tags;
+    let text = JSON.stringify(body).slice(0, -1);
+    // As canonical JSON: a BigInt or a cycle in metadata must not throw into the agent.
+    if (options.metadata) text += `,"metadata":${canonicalJson(options.metadata)}`;
+    if (options.input !== undefined) text += `,"input":${canonicalJson(options.input)}`;
+    sink({ kind: "run", body: text + "}" });
   }
 
   get finished(): boolean {
@@ -59,10 +75,16 @@ export class Run {
 
   /**
    * Record a tool call and fingerprint it: unlike Python's tool_call, this one
-   * flags the run on the first repeat (as the product documents say).
+   * flags the run on the first repeat (as the product documents say). A name
+   * the server would refuse drops the step (the index is still taken).
    */
   toolCall(name: string, call: { input?: unknown; output?: unknown; error?: unknown; durationMs?: number; startedAt?: string } = {}): number {
     const index = this.nextStepIndex();
+    const problem = check.nameProblem(name);
+    if (problem !== undefined) {
+      check.refuse(this.report, "tool_name", name, problem, "the step is dropped");
+      return index;
+    }
     const inputJson = canonicalJson(call.input ?? null);
     this.sendStep(index, "tool_call", name, inputJson, call.output, undefined, call.durationMs, call.error, call.startedAt);
     this.check(fingerprint(name, inputJson).toString("base64"), index);
@@ -94,17 +116,45 @@ export class Run {
     return index;
   }
 
+  /**
+   * Record a model call; returns its id (sent with it, so a resend is stored once).
+   * A provider, model or token count the server would refuse drops the call; a
+   * cost or latency it would refuse is left out (the server then prices the call).
+   */
   llmCall(provider: string, model: string, usage: { inputTokens?: number; outputTokens?: number; cacheReadTokens?: number; reasoningTokens?: number; costUsd?: number; latencyMs?: number; error?: unknown; stepIndex?: number } = {}): string {
     const id = randomUUID();
-    const body: Record<string, unknown> = {
-      id, run_id: this.id, provider, model,
+    for (const [field, value] of [["provider", provider], ["model", model]] as const) {
+      const problem = check.nameProblem(value);
+      if (problem !== undefined) {
+        check.refuse(this.report, field, value, problem, "the model call is dropped");
+        return id;
+      }
+    }
+    const tokens: Record<string, unknown> = {
       input_tokens: usage.inputTokens ?? 0, output_tokens: usage.outputTokens ?? 0,
       cache_read_tokens: usage.cacheReadTokens ?? 0, reasoning_tokens: usage.reasoningTokens ?? 0,
+    };
+    for (const [field, value] of Object.entries(tokens)) {
+      const problem = check.tokenProblem(value);
+      if (problem !== undefined) {
+        check.refuse(this.report, field, value, problem, "the model call is dropped");
+        return id;
+      }
+    }
+    const body: Record<string, unknown> = {
+      id, provider, model, ...tokens,
       status: (usage.error === undefined ? "ok" : "error") satisfies CallStatus, started_at: now(),
     };
-    if (usage.stepIndex !== undefined) body.step_index = usage.stepIndex;
-    if (usage.costUsd !== undefined) body.cost_usd = usage.costUsd;
-    if (usage.latencyMs !== undefined) body.latency_ms = Math.max(0, usage.latencyMs);
+    if (this.recorded) body.run_id = this.id;
+    if (usage.stepIndex !== undefined && this.recorded) {
+      const problem = check.stepIndexProblem(usage.stepIndex);
+      if (problem === undefined) body.step_index = usage.stepIndex;
+      else check.refuse(this.report, "step_index", usage.stepIndex, problem, "the call is sent without it");
+    }
+    const cost = check.optionalAmount(usage.costUsd, "cost_usd", "model call", this.report);
+    if (cost !== undefined) body.cost_usd = cost;
+    const latency = check.optionalAmount(usage.latencyMs, "latency_ms", "model call", this.report);
+    if (latency !== undefined) body.latency_ms = latency;
     if (usage.error !== undefined) body.error = errorText(usage.error);
     this.sink({ kind: "ai", body: JSON.stringify(body) });
     return id;
@@ -113,10 +163,15 @@ export class Run {
   /** Finish the run; later calls are ignored (the first finish wins). */
   finish(reason: TerminationReason = "clean", end: { output?: unknown; error?: unknown } = {}): void {
     if (this.finished) return;
-    if (!TERMINATION_REASONS.includes(reason)) throw new Error(`terminationReason must be one of ${TERMINATION_REASONS.join(", ")}`);
+    check.vocabulary(reason, TERMINATION_REASONS, "terminationReason");
     this.terminationReason = reason;
+    if (!this.recorded) return;
     const body: Record<string, unknown> = { id: this.id, termination_reason: reason, loop_detected: this.loopDetected, ended_at: now() };
-    if (this.loopStepIndex !== null) body.loop_step_index = this.loopStepIndex;
+    if (this.loopStepIndex !== null) {
+      const problem = check.stepIndexProblem(this.loopStepIndex);
+      if (problem === undefined) body.loop_step_index = this.loopStepIndex;
+      else check.refuse(this.report, "loop_step_index", this.loopStepIndex, problem, "the run is finished without it");
+    }
     if (end.error !== undefined) body.error = errorText(end.error);
     let text = JSON.stringify(body);
     if (end.output !== undefined) text = `${text.slice(0, -1)},"output":${canonicalJson(end.output)}}`;
@@ -137,14 +192,20 @@ export class Run {
   }
 
   /** @internal */
-  sendStep(index: number, stepType: string, toolName?: string, inputJson?: string, output?: unknown, content?: string, durationMs?: number, error?: unknown, startedAt?: string): void {
+  sendStep(index: number, stepType: StepType, toolName?: string, inputJson?: string, output?: unknown, content?: string, durationMs?: number, error?: unknown, startedAt?: string): void {
+    if (!this.recorded) return;
+    if (index > STEP_INDEX_MAX) {
+      check.refuse(this.report, "step_index", index, `is beyond ${STEP_INDEX_MAX}`, "the step is dropped");
+      return;
+    }
+    if (durationMs !== undefined) durationMs = check.optionalAmount(durationMs, "duration_ms", "step", this.report);
     // Built by hand so tool_input goes out as exactly the text that was hashed.
     let text = `{"run_id":"${this.id}","step_index":${index},"step_type":"${stepType}","started_at":"${startedAt ?? now()}"`;
     if (toolName !== undefined) text += `,"tool_name":${JSON.stringify(toolName)}`;
     if (inputJson !== undefined) text += `,"tool_input":${inputJson}`;
     if (output !== undefined) text += `,"tool_output":${canonicalJson(output)}`;
-    if (content !== undefined) text += `,"content":${JSON.stringify(content)}`;
-    if (durationMs !== undefined) text += `,"duration_ms":${Math.max(0, durationMs).toFixed(3)}`;
+    if (content !== undefined) text += `,"content":${JSON.stringify(check.freeText(String(content)))}`;
+    if (durationMs !== undefined) text += `,"duration_ms":${durationMs.toFixed(3)}`;
     if (error !== undefined && error !== null) text += `,"error":${JSON.stringify(errorText(error))}`;
     this.sink({ kind: "step", body: text + "}" });
   }

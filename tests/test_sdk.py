@@ -416,11 +416,14 @@ def test_demo_sends_a_full_picture(server: ServeProcess, keys) -> None:
 
 
 def test_sdk_retries_503_and_honours_retry_after() -> None:
-    """A server that answers 503 (with Retry-After) before it accepts: nothing is lost."""
+    """A server that answers 503 with Retry-After: 2 before it accepts: the SDK waits
+    what it is told (longer than its own first backoff of about half a second)
+    before each retry, and nothing is lost."""
     import http.server
 
     received: list[list[dict]] = []
-    refusals = {"left": 3}
+    refusals = {"left": 2}
+    arrivals: list[tuple[float, int]] = []  # (when, status answered)
 
     class Flaky(http.server.BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -429,10 +432,12 @@ def test_sdk_retries_503_and_honours_retry_after() -> None:
             body = self.rfile.read(int(self.headers["Content-Length"]))
             if refusals["left"] > 0:
                 refusals["left"] -= 1
+                arrivals.append((time.monotonic(), 503))
                 self.send_response(503)
-                self.send_header("Retry-After", "0")
+                self.send_header("Retry-After", "2")
                 payload = b'{"error": {"code": "overloaded", "message": "busy"}}'
             else:
+                arrivals.append((time.monotonic(), 200))
                 parsed = json.loads(body)
                 received.append(parsed if isinstance(parsed, list) else [parsed])
                 self.send_response(200)
@@ -460,3 +465,9 @@ def test_sdk_retries_503_and_honours_retry_after() -> None:
     steps = [item for batch in received for item in batch if "step_index" in item]
     assert sorted(step["step_index"] for step in steps) == list(range(1, 21))
     assert refusals["left"] == 0
+    # Nothing was accepted before the 2 s the server asked for had passed since it
+    # first refused (requests already on their way may be refused together). A lower
+    # bound only: a slow machine makes the gap longer, never shorter.
+    first_refusal = min(at for at, status in arrivals if status == 503)
+    first_accepted = min(at for at, status in arrivals if status == 200)
+    assert first_accepted - first_refusal >= 1.9, arrivals

@@ -103,9 +103,19 @@ def test_hypertables_where_timescaledb_is_available(fresh_db_url: str) -> None:
     migrate.upgrade(fresh_db_url)
     with psycopg.connect(fresh_db_url) as conn:
         rows = conn.execute(
-            "SELECT hypertable_name FROM timescaledb_information.hypertables"
+            "SELECT hypertable_name, compression_enabled FROM timescaledb_information.hypertables"
         ).fetchall()
-    assert {name for (name,) in rows} == {"agent_runs", "agent_steps", "ai_traces"}
+        segments = conn.execute(
+            "SELECT hypertable_name, array_agg(attname ORDER BY segmentby_column_index) "
+            "FROM timescaledb_information.compression_settings "
+            "WHERE segmentby_column_index IS NOT NULL GROUP BY 1"
+        ).fetchall()
+    # Runs are one mutable row each: a plain table (migration 0005 says why).
+    assert dict(rows) == {"agent_steps": True, "ai_traces": True}
+    assert dict(segments) == {
+        "agent_steps": ["project_id", "run_id"],
+        "ai_traces": ["project_id", "run_id"],
+    }
 
 
 def test_migrations_run_from_the_built_wheel(tmp_path: Path, fresh_db_url: str) -> None:

@@ -49,13 +49,18 @@ def stats_of_steps(steps: str) -> str:
 def steps_of_runs(runs: str, sign: str = "1") -> str:
     """SELECT the stored steps of the runs (project_id, id, started_at) in FROM item ``runs``.
 
-    Each step carries ``sign`` along (a number, or a column of ``runs``).
+    Each step carries ``sign`` along (a number, or a column of ``runs``). LATERAL, so
+    that each run's steps are found by an index probe (of the compressed chunks'
+    (project_id, run_id) index on TimescaleDB) whatever the planner thinks of the
+    number of runs, never by a join that reads every step.
     """
     return f"""
         SELECT s.project_id, s.run_id, r.started_at AS run_started_at, s.step_index,
                s.tool_name, s.input_fingerprint, s.duration_ms, s.error, {sign} AS sign
         FROM {runs} AS r
-        JOIN agent_steps s ON s.project_id = r.project_id AND s.run_id = r.id
+        CROSS JOIN LATERAL (
+            SELECT * FROM agent_steps s WHERE s.project_id = r.project_id AND s.run_id = r.id
+        ) s
     """
 
 

@@ -22,7 +22,7 @@ from keelwave.server.http.metrics import Metrics
 from keelwave.server.ingest import routes as ingest
 from keelwave.server.ingest.pricing import PriceTable
 from keelwave.server.query import aggregates, loops, runs, tools
-from keelwave.server.store import pooling
+from keelwave.server.store import pooling, refusals
 from keelwave.server.store.reaper import Reaper
 from keelwave.server.store.writer import IngestWriter
 from keelwave.settings import Settings
@@ -66,17 +66,23 @@ def create_app(
 ) -> web.Application:
     """Build the application. Raises PriceTableError for an unusable prices_file."""
     recorder = Metrics()
+    # What the database refuses for good, told by the writer and the error
+    # middleware alike, and asked by /readyz.
+    reporter = refusals.Reporter()
     app = web.Application(
         client_max_size=settings.max_body_bytes,
         # Outermost first: the metrics see the status the error middleware settled on.
         middlewares=[
             metrics.middleware(recorder),
             error_middleware(
-                settings.retry_after_seconds, lambda: recorder.database_error("unavailable")
+                settings.retry_after_seconds,
+                lambda: recorder.database_error("unavailable"),
+                reporter,
             ),
         ],
     )
     app[appkeys.METRICS] = recorder
+    app[appkeys.REFUSALS] = reporter
     app[appkeys.SETTINGS] = settings
     app[appkeys.CONNINFO] = conninfo
     app.cleanup_ctx.append(_database)
@@ -126,6 +132,7 @@ async def _database(app: web.Application) -> AsyncIterator[None]:
         lanes=settings.writer_lanes or 2,
         metrics=app[appkeys.METRICS],
         transaction_pooling=pooled,
+        refusal_reporter=app[appkeys.REFUSALS],
     )
     writer.start()
     app[appkeys.METRICS].buffer_rows = lambda: writer.waiting_rows

@@ -12,6 +12,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from keelwave.server.http.auth import KeyStore
 from keelwave.server.http.metrics import Metrics
+from keelwave.server.store.refusals import Reporter
 from keelwave.server.store.writer import IngestWriter
 from keelwave.settings import Settings
 
@@ -21,3 +22,4 @@ POOL = web.AppKey("pool", AsyncConnectionPool)
 WRITER = web.AppKey("writer", IngestWriter)
 KEYSTORE = web.AppKey("keystore", KeyStore)
 METRICS = web.AppKey("metrics", Metrics)
+REFUSALS = web.AppKey("refusals", Reporter)

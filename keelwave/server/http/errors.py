@@ -17,6 +17,7 @@ import psycopg_pool
 from aiohttp import web
 
 from keelwave.server.http.responses import json_response
+from keelwave.server.store import refusals
 
 log = logging.getLogger("keelwave.server")
 
@@ -76,9 +77,33 @@ def unavailable(retry_after: int, message: str = "the database is unavailable; r
     return ApiError(503, "database_unavailable", message, headers={"Retry-After": str(retry_after)})
 
 
+# How long a client should wait before retrying a write the database refuses for
+# a reason retrying will not cure (refusals.py): long enough not to hammer it.
+REFUSED_RETRY_AFTER = 30
+
+
+def refused(cause: str) -> ApiError:
+    return ApiError(
+        503,
+        "database_refused",
+        f"the database refuses to store this: {cause}. Retrying will not help until the "
+        "server's operator fixes the database (the server log says the same)",
+        headers={"Retry-After": str(REFUSED_RETRY_AFTER)},
+    )
+
+
 def error_middleware(
-    retry_after: int, on_database_error: Callable[[], None] = lambda: None
+    retry_after: int,
+    on_database_error: Callable[[], None] = lambda: None,
+    reporter: refusals.Reporter | None = None,
 ) -> Callable:
+    reporter = reporter or refusals.Reporter()
+
+    def _unavailable(where: str, error: Exception) -> web.Response:
+        log.warning("database unavailable during %s: %s", where, error)
+        on_database_error()
+        return unavailable(retry_after).response()
+
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         try:
@@ -105,14 +130,22 @@ def error_middleware(
             return rejected.response()
         except ConnectionResetError:
             raise  # the client went away mid-answer: nothing to answer, nothing to log
-        except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as error:
+        except psycopg.Error as error:
+            where = f"{request.method} {request.path}"
+            if refusals.cause(error):
+                return refused(reporter.refused(where, error)).response()
+            # A session that lost a prepared statement (a pooler in transaction
+            # mode) passes like an outage; other database errors are bugs.
+            if not isinstance(
+                error, psycopg.OperationalError | psycopg.errors.InvalidSqlStatementName
+            ):
+                log.exception("unhandled database error in %s", where)
+                return ApiError(500, "internal_error", "internal server error").response()
+            return _unavailable(where, error)
+        except psycopg_pool.PoolTimeout as error:
             # (psycopg reports a database it cannot reach as OperationalError; any
             # other OSError is this server's own problem, a 500 below.)
-            log.warning(
-                "database unavailable during %s %s: %s", request.method, request.path, error
-            )
-            on_database_error()
-            return unavailable(retry_after).response()
+            return _unavailable(f"{request.method} {request.path}", error)
         except Exception:
             log.exception("unhandled error in %s %s", request.method, request.path)
             return ApiError(500, "internal_error", "internal server error").response()

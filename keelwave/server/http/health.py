@@ -44,4 +44,11 @@ async def readyz(request: web.Request) -> web.Response:
             status=503,
             headers={"Retry-After": str(request.app[appkeys.SETTINGS].retry_after_seconds)},
         )
+    refusal = request.app[appkeys.REFUSALS].current
+    if refusal is not None:  # the database answers, but ingest cannot commit
+        return json_response(
+            HealthCheck("unavailable", refusal),
+            status=503,
+            headers={"Retry-After": str(request.app[appkeys.SETTINGS].retry_after_seconds)},
+        )
     return json_response(HealthCheck("ready"))

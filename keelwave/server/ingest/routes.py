@@ -15,7 +15,7 @@ from aiohttp import web
 
 from keelwave.server.http import appkeys, params
 from keelwave.server.http.auth import INGEST
-from keelwave.server.http.errors import ApiError, not_found, unavailable
+from keelwave.server.http.errors import ApiError, not_found, refused, unavailable
 from keelwave.server.http.operations import ApiRoutes
 from keelwave.server.http.responses import json_response
 from keelwave.server.ingest.fingerprint import fingerprint
@@ -46,7 +46,13 @@ from keelwave.server.ingest.schemas import (
     timestamp,
 )
 from keelwave.server.store.lifecycle import Finish, finish_run, finish_runs
-from keelwave.server.store.writer import DatabaseUnavailable, Overloaded, RowsRejected, WriterClosed
+from keelwave.server.store.writer import (
+    DatabaseRefused,
+    DatabaseUnavailable,
+    Overloaded,
+    RowsRejected,
+    WriterClosed,
+)
 
 routes = ApiRoutes("ingest")
 
@@ -67,6 +73,8 @@ async def _write(request: web.Request, **rows: list[tuple]) -> None:
         await request.app[appkeys.WRITER].write(**rows)
     except (DatabaseUnavailable, WriterClosed):
         raise unavailable(settings.retry_after_seconds) from None
+    except DatabaseRefused as error:
+        raise refused(str(error)) from None
     except Overloaded:
         raise ApiError(
             503,

@@ -37,6 +37,7 @@ from typing import Protocol
 
 import psycopg
 
+from keelwave.server.store import refusals
 from keelwave.server.store.lane import STAGES, Lane, Rows
 
 log = logging.getLogger("keelwave.writer")
@@ -79,6 +80,10 @@ class Overloaded(Exception):
     """Too many rows are waiting for commit; the client should retry later."""
 
 
+class DatabaseRefused(Exception):
+    """The database refuses every write until an operator acts (refusals.py)."""
+
+
 class RowsRejected(Exception):
     """PostgreSQL refused this request's rows; the message says why."""
 
@@ -106,6 +111,7 @@ class IngestWriter:
         lanes: int = 2,
         metrics: WriterEvents | None = None,
         transaction_pooling: bool = False,
+        refusal_reporter: refusals.Reporter | None = None,
     ) -> None:
         self._metrics = metrics or _NoEvents()
         self._flush_max_rows = flush_max_rows
@@ -121,6 +127,8 @@ class IngestWriter:
         ]
         self._tasks: list[asyncio.Task] = []
         self._rows_written = [0, 0, 0]  # per stage: runs, steps, model calls
+        # The cause while ingest cannot commit for a reason retrying will not cure.
+        self.refusals = refusal_reporter or refusals.Reporter()
 
     @property
     def waiting_rows(self) -> int:
@@ -188,12 +196,37 @@ class IngestWriter:
         started = time.perf_counter()
         try:
             await lane.commit([submission.rows for submission in batch])
-        except (psycopg.OperationalError, OSError) as error:
-            log.warning("ingest flush failed, database unavailable: %s", error)
-            self._metrics.database_error("unavailable")
-            await lane.drop()
-            _settle(batch, DatabaseUnavailable(str(error)))
-        except REJECTED_DATA as error:
+        except psycopg.Error as error:
+            await self._failed(batch, lane, error, retried)
+        except OSError as error:
+            await self._unavailable(batch, lane, str(error))
+        except Exception as error:  # a bug: fail the requests, keep the writer alive
+            log.exception("ingest flush failed")
+            _settle(batch, error)
+        else:
+            _settle(batch, None)
+            self.refusals.recovered()
+            self._metrics.flushed(
+                time.perf_counter() - started,
+                {
+                    TABLE_OF_STAGE[stage]: sum(len(s.rows[position]) for s in batch)
+                    for position, stage, _, _ in STAGES
+                },
+            )
+            await self._analyze_young_tables(batch, lane)
+
+    async def _failed(
+        self, batch: list[Submission], lane: Lane, error: psycopg.Error, retried: bool
+    ) -> None:
+        """Answer a batch PostgreSQL did not commit, by what the error means."""
+        if refusals.cause(error):
+            # Until an operator acts, every attempt fails alike (refusals.py).
+            await lane.drop()  # the next attempt connects afresh, and sees any fix
+            self._metrics.database_error("refused")
+            _settle(batch, DatabaseRefused(self.refusals.refused("ingest", error)))
+        elif isinstance(error, psycopg.OperationalError):
+            await self._unavailable(batch, lane, str(error))
+        elif isinstance(error, REJECTED_DATA):
             if len(batch) > 1:
                 # Find the request(s) PostgreSQL objects to by bisection: a flush of
                 # n requests with one bad costs about 2·log2(n) transactions.
@@ -204,7 +237,7 @@ class IngestWriter:
             log.info("ingest rows rejected by the database: %s", error)
             self._metrics.database_error("rejected")
             _settle(batch, RowsRejected(_describe(error)))
-        except psycopg.Error as error:
+        else:
             # Not the data: the session lost something it relies on (prepared
             # statements after DEALLOCATE ALL or behind a pooler, a staging table).
             # A fresh connection rebuilds all of it; if that fails too, the client
@@ -226,19 +259,12 @@ class IngestWriter:
             log.warning("ingest flush failed twice on the database's side: %s", error)
             self._metrics.database_error("unavailable")
             _settle(batch, DatabaseUnavailable(_describe(error)))
-        except Exception as error:  # a bug: fail the requests, keep the writer alive
-            log.exception("ingest flush failed")
-            _settle(batch, error)
-        else:
-            _settle(batch, None)
-            self._metrics.flushed(
-                time.perf_counter() - started,
-                {
-                    TABLE_OF_STAGE[stage]: sum(len(s.rows[position]) for s in batch)
-                    for position, stage, _, _ in STAGES
-                },
-            )
-            await self._analyze_young_tables(batch, lane)
+
+    async def _unavailable(self, batch: list[Submission], lane: Lane, why: str) -> None:
+        log.warning("ingest flush failed, database unavailable: %s", why)
+        self._metrics.database_error("unavailable")
+        await lane.drop()
+        _settle(batch, DatabaseUnavailable(why))
 
     async def _analyze_young_tables(self, batch: list[Submission], lane: Lane) -> None:
         """Give the planner statistics early in a table's life.

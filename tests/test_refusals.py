@@ -1,0 +1,79 @@
+"""A database that refuses every write until someone fixes it (here: read-only) is not
+"unavailable, retry shortly": a distinct error, one log line, and /readyz not ready."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+
+import aiohttp
+import psycopg
+import pytest
+from conftest import create_database, database_url, drop_database, make_project, make_settings
+
+from keelwave.server.app import create_app
+
+
+@pytest.fixture
+def own_db(template_database: str):
+    name = f"kw_ro_{uuid.uuid4().hex[:10]}"
+    url = create_database(name, template=template_database)
+    yield name, url
+    drop_database(name)
+
+
+def set_read_only(name: str, on: bool) -> None:
+    """Make the database read-only (or writable again) for every session, new and old."""
+    with psycopg.connect(database_url("postgres"), autocommit=True) as conn:
+        value = "SET default_transaction_read_only = on" if on else "RESET ALL"
+        conn.execute(f'ALTER DATABASE "{name}" {value}')
+        conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = %s AND pid <> pg_backend_pid()",
+            (name,),
+        )
+
+
+async def test_a_read_only_database_is_refused_not_unavailable(
+    own_db, aiohttp_server, caplog
+) -> None:
+    name, url = own_db
+    server = await aiohttp_server(create_app(make_settings(), url))
+    project = make_project(url)
+    base = str(server.make_url("")).rstrip("/")
+    run_id = str(uuid.uuid4())
+
+    async with aiohttp.ClientSession(headers=project.auth()) as session:
+
+        async def send(index: int) -> tuple[int, dict, dict]:
+            body = {"run_id": run_id, "step_index": index, "tool_name": "t"}
+            async with session.post(base + "/v1/ingest/agent/steps", json=body) as answer:
+                return answer.status, await answer.json(), dict(answer.headers)
+
+        async def ready() -> tuple[int, dict]:
+            async with session.get(base + "/readyz") as answer:
+                return answer.status, await answer.json()
+
+        assert (await send(1))[0] == 200
+        set_read_only(name, True)
+        caplog.set_level(logging.ERROR, logger="keelwave.database")
+        answers = [await send(i) for i in range(2, 8)]
+        # (the first may meet the terminated connection: that one is an outage)
+        refused = [a for a in answers if a[1].get("error", {}).get("code") == "database_refused"]
+        assert len(refused) >= 5, answers
+        status, body, headers = refused[-1]
+        assert status == 503 and "read-only" in body["error"]["message"]
+        assert int(headers["Retry-After"]) >= 10
+        status, readiness = await ready()
+        assert status == 503 and "read-only" in readiness["reason"], readiness
+        logged = [r for r in caplog.records if "read-only" in r.getMessage()]
+        assert len(logged) == 1, [r.getMessage() for r in caplog.records]
+
+        set_read_only(name, False)
+        for _ in range(10):  # the writer reconnects on its own
+            if (await send(9))[0] == 200:
+                break
+            await asyncio.sleep(0.3)
+        assert (await send(10))[0] == 200
+        assert await ready() == (200, {"status": "ready"})

@@ -337,3 +337,42 @@ def test_migration_moves_compressed_runs_into_a_plain_table() -> None:
     finally:
         with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+async def test_keelwave_compresses_what_the_background_jobs_did_not(tsdb_url: str) -> None:
+    """When TimescaleDB's background jobs do not compress (they fail, or do not run),
+    keelwave's own maintenance runs the policy's jobs in the foreground."""
+    from psycopg_pool import AsyncConnectionPool
+
+    from keelwave.server.store.timescale import Maintenance
+
+    project = make_project(tsdb_url)
+    sql(
+        tsdb_url,
+        "INSERT INTO agent_steps (project_id, run_id, step_index, step_type, started_at) "
+        "SELECT %s, gen_random_uuid(), 1, 'think', now() - n * interval '1 hour' - "
+        "interval '10 days' FROM generate_series(1, 300) AS n",
+        (project.id,),
+    )
+    # The background scheduler is kept from running the jobs (as when it fails).
+    jobs = sql(
+        tsdb_url,
+        "SELECT job_id FROM timescaledb_information.jobs WHERE proc_name = 'policy_compression'",
+    )
+    for (job,) in jobs:
+        sql(tsdb_url, f"SELECT alter_job({job}, next_start => now() + interval '1 day')")
+
+    def uncompressed_old() -> int:
+        [(count,)] = sql(
+            tsdb_url,
+            "SELECT count(*) FROM timescaledb_information.chunks WHERE NOT is_compressed "
+            "AND hypertable_name = 'agent_steps' AND range_end < now() - interval '8 days'",
+        )
+        return count
+
+    assert uncompressed_old() > 5
+    async with AsyncConnectionPool(tsdb_url, kwargs={"autocommit": True}, open=False) as pool:
+        ran = await Maintenance(pool).run_once()
+        assert ran >= 1
+        assert uncompressed_old() == 0
+        assert await Maintenance(pool).run_once() == 0  # nothing overdue any more

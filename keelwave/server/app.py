@@ -22,7 +22,7 @@ from keelwave.server.http.metrics import Metrics
 from keelwave.server.ingest import routes as ingest
 from keelwave.server.ingest.pricing import PriceTable
 from keelwave.server.query import aggregates, loops, runs, tools
-from keelwave.server.store import pooling, refusals
+from keelwave.server.store import pooling, refusals, timescale
 from keelwave.server.store.reaper import Reaper
 from keelwave.server.store.writer import IngestWriter
 from keelwave.settings import Settings
@@ -140,6 +140,8 @@ async def _database(app: web.Application) -> AsyncIterator[None]:
     keystore.start()
     reaper = Reaper(pool, settings.timeout_after_seconds, settings.stall_after_seconds)
     reaper.start()
+    maintenance = timescale.Maintenance(pool)
+    maintenance.start()
     app[appkeys.POOL] = pool
     app[appkeys.WRITER] = writer
     app[appkeys.KEYSTORE] = keystore
@@ -148,6 +150,7 @@ async def _database(app: web.Application) -> AsyncIterator[None]:
     finally:
         await writer.close()
         await reaper.stop()
+        await maintenance.stop()
         await keystore.stop()
         await pool.close()
 

@@ -49,6 +49,24 @@ WRITER_STAGES = (
     *statements.ROLLUP_STAGES[:1],
     *statements.ROLLUP_STAGES[2:],
 )
+# How the writer's sessions plan. Every lookup they make is a handful of index
+# probes per staged row (duplicate checks, run counters), which the planner
+# cannot know: staging tables are never analysed, and a young agent_steps looks
+# empty until autovacuum analyses it, so it may pick hash joins or sequential
+# scans that read a whole table on every flush. (Switching plans off inflates
+# their cost estimates; jit must go too, or those inflated costs make every
+# statement pay for JIT compilation.) With those plans off, the generic plan of
+# each prepared statement is the one it needs; PostgreSQL would otherwise plan
+# it afresh for the values of every flush, since they come as literals.
+# Measured on plain PostgreSQL and on TimescaleDB with compressed history in
+# docs/benchmarks.md ("Compressed history").
+PLANNER_SETTINGS = (
+    "enable_hashjoin = off",
+    "enable_mergejoin = off",
+    "enable_seqscan = off",
+    "jit = off",
+    "plan_cache_mode = force_generic_plan",
+)
 # What scripts run on every flush, prepared once per connection.
 PREPARED = {
     "kw_lock_groups": statements.LOCK_GROUPS_SQL,
@@ -216,19 +234,8 @@ class Lane:
                 self._conn = conn
                 self._staged_since_truncate = 0
                 return conn
-            # Every lookup this connection makes is a handful of index probes per
-            # staged row (duplicate checks, run counters). The planner cannot know
-            # that: staging tables are never analysed, and a young agent_steps looks
-            # empty until autovacuum analyses it, so it may pick hash joins or
-            # sequential scans that read a whole table on every flush.
-            # (Switching plans off inflates their cost estimates; jit must go too, or
-            # those inflated costs make every statement pay for JIT compilation.)
-            for setting in ("enable_hashjoin", "enable_mergejoin", "enable_seqscan", "jit"):
-                await conn.execute(f"SET {setting} = off")
-            # With those plans off, the generic plan of each prepared statement is the
-            # one it needs (index probes); PostgreSQL would otherwise plan it afresh
-            # for the values of every flush, since they come as literals.
-            await conn.execute("SET plan_cache_mode = force_generic_plan")
+            for setting in PLANNER_SETTINGS:
+                await conn.execute(f"SET {setting}")
             for setting in pgscript.SESSION:  # what writing rows as SQL text relies on
                 await conn.execute(setting)
             for statement in statements.staging_ddl(WRITER_STAGES, emptied_at_commit=False):
@@ -266,10 +273,7 @@ class Lane:
 # session: IF NOT EXISTS, its notice silenced). Nothing is prepared.
 _TRANSACTION_SETUP = (
     "SET LOCAL client_min_messages = warning",
-    *(
-        f"SET LOCAL {setting} = off"
-        for setting in ("enable_hashjoin", "enable_mergejoin", "enable_seqscan", "jit")
-    ),
+    *(f"SET LOCAL {setting}" for setting in PLANNER_SETTINGS),
     "SET LOCAL standard_conforming_strings = on",
     *statements.staging_ddl(WRITER_STAGES, emptied_at_commit=False),
     statements.GUARD_DDL,

@@ -2,6 +2,7 @@
 
     python bench/queries.py [--runs 250000] [--steps 5000000] [--days 7] [--keep DB_NAME]
     python bench/queries.py --reuse DB_NAME          # time an existing data set again
+    python bench/queries.py --reuse DB_NAME --compress   # on TimescaleDB: compress, then time
 
 The data set is sent through the real ingest API of a `keelwave serve`
 (so counters and rollups are built the way production builds them): runs
@@ -198,6 +199,11 @@ def main() -> None:
     parser.add_argument("--reuse", help="time an existing database made by --keep")
     parser.add_argument("--keep", help="name the database and keep it afterwards")
     parser.add_argument("--json", help="also write the results to this file (bench/all.py)")
+    parser.add_argument(
+        "--compress",
+        action="store_true",
+        help="on TimescaleDB, compress every chunk older than the policy's 7 days first",
+    )
     args = parser.parse_args()
 
     name = args.reuse or args.keep or f"kw_bench_q_{os.getpid()}"
@@ -219,6 +225,14 @@ def main() -> None:
                 conn.execute("VACUUM ANALYZE")
                 conn.execute("CREATE TABLE IF NOT EXISTS bench_meta (key text, long_run uuid)")
                 conn.execute("INSERT INTO bench_meta VALUES (%s, %s)", (key, long_run))
+        if args.compress:
+            with psycopg.connect(db_url, autocommit=True) as conn:
+                for table in ("agent_steps", "ai_traces"):
+                    conn.execute(
+                        f"SELECT compress_chunk(c, true) FROM show_chunks('{table}', "
+                        "older_than => INTERVAL '7 days') AS c"
+                    )
+                conn.execute("VACUUM ANALYZE")
         with psycopg.connect(db_url) as conn:
             runs, steps = conn.execute(
                 "SELECT (SELECT count(*) FROM agent_runs), (SELECT count(*) FROM agent_steps)"

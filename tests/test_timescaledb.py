@@ -351,9 +351,10 @@ async def test_keelwave_compresses_what_the_background_jobs_did_not(tsdb_url: st
         tsdb_url,
         "INSERT INTO agent_steps (project_id, run_id, step_index, step_type, started_at) "
         "SELECT %s, gen_random_uuid(), 1, 'think', now() - n * interval '1 hour' - "
-        "interval '10 days' FROM generate_series(1, 300) AS n",
+        "interval '60 days' FROM generate_series(1, 300) AS n",
         (project.id,),
     )
+    # (60 days back: chunks no other test of this module has compressed.)
     # The background scheduler is kept from running the jobs (as when it fails).
     jobs = sql(
         tsdb_url,
@@ -366,7 +367,7 @@ async def test_keelwave_compresses_what_the_background_jobs_did_not(tsdb_url: st
         [(count,)] = sql(
             tsdb_url,
             "SELECT count(*) FROM timescaledb_information.chunks WHERE NOT is_compressed "
-            "AND hypertable_name = 'agent_steps' AND range_end < now() - interval '8 days'",
+            "AND hypertable_name = 'agent_steps' AND range_end < now() - interval '59 days'",
         )
         return count
 

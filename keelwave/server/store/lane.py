@@ -18,7 +18,7 @@ import psycopg
 from psycopg import pq
 from psycopg.adapt import PyFormat
 
-from keelwave.server.store import pgscript, statements
+from keelwave.server.store import pgscript, statements, timescale
 from keelwave.server.store.pgscript import Script, Unquotable, copy_data, prepare
 
 log = logging.getLogger("keelwave.writer")
@@ -58,8 +58,10 @@ WRITER_STAGES = (
 # statement pay for JIT compilation.) With those plans off, the generic plan of
 # each prepared statement is the one it needs; PostgreSQL would otherwise plan
 # it afresh for the values of every flush, since they come as literals.
-# Measured on plain PostgreSQL and on TimescaleDB with compressed history in
-# docs/benchmarks.md ("Compressed history").
+# Measured with a month of history (bench/history.py, docs/benchmarks.md): on
+# plain PostgreSQL they make ingest about 27% faster; on TimescaleDB with that
+# history compressed, ingest was about 10% faster without them (twice), so
+# there the writer plans as PostgreSQL would.
 PLANNER_SETTINGS = (
     "enable_hashjoin = off",
     "enable_mergejoin = off",
@@ -234,8 +236,9 @@ class Lane:
                 self._conn = conn
                 self._staged_since_truncate = 0
                 return conn
-            for setting in PLANNER_SETTINGS:
-                await conn.execute(f"SET {setting}")
+            if not await timescale.has_timescaledb(conn):
+                for setting in PLANNER_SETTINGS:
+                    await conn.execute(f"SET {setting}")
             for setting in pgscript.SESSION:  # what writing rows as SQL text relies on
                 await conn.execute(setting)
             for statement in statements.staging_ddl(WRITER_STAGES, emptied_at_commit=False):

@@ -147,17 +147,33 @@ async def load(url: str, key: str, old_runs: list, seconds: float, clients: int)
     }
 
 
-def serve(url: str, planner: bool, log: Path) -> ServeProcess:
+def serve(url: str, settings: tuple[str, ...] | None, log: Path) -> ServeProcess:
+    """The shipped server; with ``settings``, the writer plans with those instead of
+    what it would choose (set before the server starts, by a sitecustomize module on
+    PYTHONPATH, which Python runs first in the process)."""
     env = {}
-    if not planner:
-        # The shipped server, with the writer's planner settings emptied before it
-        # starts (a sitecustomize module on PYTHONPATH runs first in the process).
+    if settings is not None:
         folder = Path(tempfile.mkdtemp(prefix="kw_bench_"))
         (folder / "sitecustomize.py").write_text(
-            "import keelwave.server.store.lane as lane\nlane.PLANNER_SETTINGS = ()\n"
+            "import keelwave.server.store.lane as lane\n"
+            f"lane.PLANNER_SETTINGS = lane.TIMESCALEDB_PLANNER_SETTINGS = {settings!r}\n"
         )
         env["PYTHONPATH"] = os.pathsep.join([str(folder), os.environ.get("PYTHONPATH", "")])
     return ServeProcess("--database-url", url, "--workers", "1", env=env, log=log)
+
+
+def planner_variants(choice: str, custom: str | None) -> list[tuple[str, tuple | None]]:
+    from keelwave.server.store.lane import PLANNER_SETTINGS
+
+    variants = {
+        "shipped": [("as shipped", None)],
+        "on": [("all on", PLANNER_SETTINGS)],
+        "off": [("all off", ())],
+        "both": [("all on", PLANNER_SETTINGS), ("all off", ())],
+    }[choice]
+    if custom is not None:
+        variants.append((custom, tuple(s.strip() for s in custom.split(";") if s.strip())))
+    return variants
 
 
 def main() -> None:
@@ -167,29 +183,33 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=200_000)
     parser.add_argument("--seconds", type=float, default=20)
     parser.add_argument("--clients", type=int, default=8)
-    parser.add_argument("--planner", choices=("on", "off", "both"), default="both")
+    parser.add_argument(
+        "--planner", choices=("shipped", "on", "off", "both"), default="both",
+        help="the writer's planner settings: as shipped, all of lane.PLANNER_SETTINGS, none",
+    )  # fmt: skip
+    parser.add_argument("--also", help='one more variant: settings such as "jit = off; …"')
     parser.add_argument("--skip-plain", action="store_true", help="only the TimescaleDB run")
     parser.add_argument("--json", help="also write the results to this file")
     args = parser.parse_args()
     targets = [] if args.skip_plain else [("postgresql", args.url, False)]
     if args.tsdb:
         targets.append(("timescaledb, compressed", args.tsdb, True))
-    planners = {"on": [True], "off": [False], "both": [True, False]}[args.planner]
+    planners = planner_variants(args.planner, args.also)
     results = []
     print(f"python {sys.version.split()[0]} ({sys.executable})")
     for label, admin, compress in targets:
         print(f"{label}:", flush=True)
         url, key, old = scratch(admin, "kw_bench_history", args.runs, compress)
-        for planner in planners:
-            server = serve(url, planner, Path(os.devnull))
+        for name, settings in planners:
+            server = serve(url, settings, Path(os.devnull))
             try:
                 figures = asyncio.run(load(server.url, key, old, args.seconds, args.clients))
             finally:
                 server.stop()
-            figures.update(database=label, planner_settings=planner)
+            figures.update(database=label, planner_settings=name)
             results.append(figures)
             print(
-                f"  planner settings {'on ' if planner else 'off'}: "
+                f"  planner settings {name}: "
                 f"{figures['steps_per_second']:8.0f} steps/s, p50 {figures['p50_ms']:5.1f} ms, "
                 f"p99 {figures['p99_ms']:6.1f} ms",
                 flush=True,

@@ -69,6 +69,7 @@ PLANNER_SETTINGS = (
     "jit = off",
     "plan_cache_mode = force_generic_plan",
 )
+TIMESCALEDB_PLANNER_SETTINGS: tuple[str, ...] = ()
 # What scripts run on every flush, prepared once per connection.
 PREPARED = {
     "kw_lock_groups": statements.LOCK_GROUPS_SQL,
@@ -236,9 +237,9 @@ class Lane:
                 self._conn = conn
                 self._staged_since_truncate = 0
                 return conn
-            if not await timescale.has_timescaledb(conn):
-                for setting in PLANNER_SETTINGS:
-                    await conn.execute(f"SET {setting}")
+            on_timescaledb = await timescale.has_timescaledb(conn)
+            for setting in TIMESCALEDB_PLANNER_SETTINGS if on_timescaledb else PLANNER_SETTINGS:
+                await conn.execute(f"SET {setting}")
             for setting in pgscript.SESSION:  # what writing rows as SQL text relies on
                 await conn.execute(setting)
             for statement in statements.staging_ddl(WRITER_STAGES, emptied_at_commit=False):

@@ -1,0 +1,142 @@
+"""OTLP exports from the real OpenTelemetry SDK decode the same from protobuf and from
+OTLP JSON (hex ids, integers as strings), compressed or not."""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+import zlib
+
+import pytest
+from google.protobuf.json_format import MessageToDict
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import Status, StatusCode
+
+from keelwave.server.ingest.otlp import decode
+
+
+def export() -> bytes:
+    """A small agent trace, as the SDK's OTLP/HTTP protobuf exporter would send it."""
+    memory = InMemorySpanExporter()
+    provider = TracerProvider(resource=Resource.create({"service.name": "research-agent"}))
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    tracer = provider.get_tracer("test")
+    with tracer.start_as_current_span("invoke_agent research") as agent:
+        agent.set_attribute("gen_ai.operation.name", "invoke_agent")
+        agent.set_attribute("gen_ai.agent.name", "research")
+        with tracer.start_as_current_span("execute_tool web_search") as tool:
+            tool.set_attribute("gen_ai.tool.name", "web_search")
+            tool.set_attribute("gen_ai.tool.call.arguments", '{"q": "keelwave"}')
+            tool.set_attribute("count", 3)
+            tool.set_attribute("ratio", 0.5)
+            tool.set_attribute("tags", ["a", "b"])
+            tool.add_event("note", {"big": 2**62})
+            tool.set_status(Status(StatusCode.ERROR, "boom"))
+    return encode_spans(memory.get_finished_spans()).SerializeToString()
+
+
+def as_otlp_json(body: bytes) -> bytes:
+    """The same export as OTLP JSON: protobuf's JSON mapping, with ids in hex."""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
+
+    request = ExportTraceServiceRequest()
+    request.ParseFromString(body)
+    document = MessageToDict(request)
+    for resource_spans in document["resourceSpans"]:
+        for scope_spans in resource_spans["scopeSpans"]:
+            for span in scope_spans["spans"]:
+                for key in ("traceId", "spanId", "parentSpanId"):
+                    if key in span:
+                        span[key] = base64.b64decode(span[key]).hex()
+    return json.dumps(document).encode()
+
+
+def test_protobuf_and_json_decode_alike() -> None:
+    body = export()
+    from_protobuf = decode.from_protobuf(body)
+    from_json = decode.from_json(as_otlp_json(body))
+    assert from_protobuf == from_json
+    tool = next(span for span in from_protobuf if span.name.startswith("execute_tool"))
+    agent = next(span for span in from_protobuf if span.name.startswith("invoke_agent"))
+    assert tool.parent_span_id == agent.span_id and agent.parent_span_id is None
+    assert tool.attributes == {
+        "gen_ai.tool.name": "web_search",
+        "gen_ai.tool.call.arguments": '{"q": "keelwave"}',
+        "count": 3,
+        "ratio": 0.5,
+        "tags": ["a", "b"],
+    }
+    assert tool.events[0].attributes == {"big": 2**62}
+    assert (tool.status_code, tool.status_message) == (2, "boom")
+    assert tool.resource["service.name"] == "research-agent"
+    assert len(tool.trace_id) == 16 and len(tool.span_id) == 8
+    assert tool.end_ns >= tool.start_ns > 0
+
+
+def test_snake_case_json_and_numbers_for_integers() -> None:
+    document = {
+        "resource_spans": [{"scope_spans": [{"spans": [{
+            "trace_id": "5b8efff798038103d269b633813fc60c", "span_id": "eee19b7ec3c1b174",
+            "name": "tool", "kind": 1, "start_time_unix_nano": 1700000000000000000,
+            "end_time_unix_nano": "1700000000500000000",
+            "attributes": [{"key": "n", "value": {"int_value": "7"}}],
+            "futureField": {"ignored": True},
+        }]}]}]
+    }  # fmt: skip
+    [span] = decode.from_json(json.dumps(document).encode())
+    assert span.attributes == {"n": 7}
+    assert span.end_ns - span.start_ns == 500_000_000
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b"not json", b"[1, 2]", b'{"resourceSpans": 5}',
+     b'{"resourceSpans": [{"scopeSpans": [{"spans": [{"traceId": "xyz"}]}]}]}'],
+)  # fmt: skip
+def test_what_is_not_an_export_is_a_decode_error(body: bytes) -> None:
+    with pytest.raises(decode.DecodeError):
+        decode.from_json(body)
+
+
+def test_garbage_protobuf_is_a_decode_error() -> None:
+    with pytest.raises(decode.DecodeError):
+        decode.from_protobuf(b"\xff\xff\xff\xff garbage")
+
+
+def test_compression_and_the_limit_after_it() -> None:
+    body = export()
+    assert decode.decompress(gzip.compress(body), "gzip", 10_000) == body
+    assert decode.decompress(zlib.compress(body), "deflate", 10_000) == body
+    assert decode.decompress(body, None, 10_000) == body
+    bomb = gzip.compress(b"\0" * 5_000_000)
+    assert len(bomb) < 10_000
+    with pytest.raises(OverflowError):
+        decode.decompress(bomb, "gzip", 1_000_000)
+    with pytest.raises(decode.DecodeError):
+        decode.decompress(b"not gzip", "gzip", 1000)
+    with pytest.raises(decode.DecodeError):
+        decode.decompress(body, "br", 1000)
+
+
+def test_answers_in_the_requests_encoding() -> None:
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceResponse,
+    )
+
+    body, kind = decode.response(0, "", as_json=True)
+    assert (json.loads(body), kind) == ({}, "application/json")
+    body, kind = decode.response(2, "2 spans refused", as_json=True)
+    assert json.loads(body) == {
+        "partialSuccess": {"rejectedSpans": "2", "errorMessage": "2 spans refused"}
+    }
+    body, kind = decode.response(2, "2 spans refused", as_json=False)
+    answer = ExportTraceServiceResponse()
+    answer.ParseFromString(body)
+    assert (answer.partial_success.rejected_spans, kind) == (2, "application/x-protobuf")

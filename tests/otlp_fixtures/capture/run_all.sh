@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Re-create every fixture in tests/otlp_fixtures/ with the versions they were made with.
+# Each instrumentation gets its own virtual environment under $VENV_ROOT (default
+# /tmp/keelwave-otlp-capture), outside the repository; only PyPI is needed, and the
+# scripts themselves make no network calls. Run from anywhere:
+#   bash tests/otlp_fixtures/capture/run_all.sh
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+root="${VENV_ROOT:-/tmp/keelwave-otlp-capture}"
+python="${PYTHON:-python3}"
+otel="opentelemetry-sdk==1.45.2 opentelemetry-exporter-otlp-proto-common==1.45.2"
+
+env_for() {  # env_for NAME PACKAGES...: a venv with exactly these packages (and theirs)
+    local name="$1"
+    shift
+    if [ ! -x "$root/$name/bin/python" ]; then
+        "$python" -m venv "$root/$name"
+        "$root/$name/bin/pip" install -q "$@"
+    fi
+    echo "$root/$name/bin/python"
+}
+
+cd "$here"
+py=$(env_for pydanticai pydantic-ai-slim==2.68.0 $otel)
+"$py" pydanticai.py
+py=$(env_for openaiagents-openinference openai-agents==0.24.0 openai==3.57.0 \
+    openinference-instrumentation-openai-agents==2.6.0 $otel)
+"$py" openaiagents.py openinference
+py=$(env_for openaiagents-openllmetry openai-agents==0.24.0 openai==3.57.0 \
+    opentelemetry-instrumentation-openai-agents==0.62.4 $otel)
+"$py" openaiagents.py openllmetry
+py=$(env_for langgraph-openinference langgraph==1.2.24 langchain-core==1.8.3 \
+    openinference-instrumentation-langchain==0.1.80 $otel)
+"$py" langgraph_react.py openinference
+py=$(env_for langgraph-openllmetry langgraph==1.2.24 langchain-core==1.8.3 \
+    opentelemetry-instrumentation-langchain==0.62.4 $otel)
+"$py" langgraph_react.py openllmetry
+py=$(env_for smolagents-openinference smolagents==1.26.0 openai==3.57.0 \
+    openinference-instrumentation-smolagents==0.1.43 $otel)
+"$py" smolagents_openinference.py
+py=$(env_for strands strands-agents==1.62.0 opentelemetry-sdk==1.45.1 \
+    opentelemetry-instrumentation-threading==0.66b1 opentelemetry-exporter-otlp-proto-common==1.45.2)
+"$py" strands_agents.py

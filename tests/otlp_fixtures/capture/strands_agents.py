@@ -1,0 +1,183 @@
+"""Capture Strands Agents' built-in OpenTelemetry tracing (no network).
+
+Run: python tests/otlp_fixtures/capture/strands_agents.py
+Needs: strands-agents opentelemetry-sdk opentelemetry-exporter-otlp-proto-common
+
+Strands traces itself (no instrumentor): its tracer takes the *global* tracer
+provider, so this script sets it. The event loop opens the model-call span whatever
+the model class, so the model here is a hand-written ``strands.models.Model`` that
+streams Bedrock-style events (messageStart, contentBlock…, messageStop, metadata with
+usage) from a script, by the number of tool results in the conversation.
+
+Strands has two attribute dialects: the default, and the newer GenAI conventions
+chosen with OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental. Both are
+captured: strands_<scenario>.json and strands_latest_<scenario>.json.
+
+Scenarios:
+  loop        the tool is called three times with the same arguments, one call per
+              model turn, then the model answers
+  tool_error  the tool raises; Strands returns an error tool result to the model,
+              which then answers
+  nested      the outer agent's tool runs an inner agent, which calls its own tool
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+DIALECT = sys.argv[1] if len(sys.argv) > 1 else None
+if DIALECT is None:  # run both dialects, each in a fresh process (the env is read once)
+    for dialect in ("default", "latest"):
+        subprocess.run([sys.executable, __file__, dialect], check=True)
+    raise SystemExit(0)
+if DIALECT == "latest":
+    os.environ["OTEL_SEMCONV_STABILITY_OPT_IN"] = "gen_ai_latest_experimental"
+
+from _otlp import Capture  # noqa: E402
+from opentelemetry import trace  # noqa: E402
+from strands import Agent, tool  # noqa: E402
+from strands.models.model import Model  # noqa: E402
+
+cap = Capture(f"keelwave-capture-strands-{DIALECT}")
+trace.set_tracer_provider(cap.provider)
+PREFIX = "strands" if DIALECT == "default" else "strands_latest"
+
+# What a model streams: the tool input as a JSON string (note the spacing).
+LOOP_ARGS = '{"city": "Paris",  "unit": "celsius"}'
+
+SCRIPTS = {
+    "fake-loop-model": [("get_weather", LOOP_ARGS)] * 3 + [(None, "It is 18 degrees in Paris.")],
+    "fake-error-model": [
+        ("fetch_page", '{"url": "https://example.com/"}'),
+        (None, "The page could not be fetched."),
+    ],
+    "fake-outer-model": [
+        ("ask_researcher", '{"question": "What is a keel?"}'),
+        (None, "Researcher says: a keel is a backbone."),
+    ],
+    "fake-inner-model": [("lookup", '{"term": "keel"}'), (None, "A keel is a ship's backbone.")],
+}
+
+
+class ScriptedModel(Model):
+    """A Strands model streaming SCRIPTS[model_id][number of tool results so far]."""
+
+    def __init__(self, model_id: str) -> None:
+        self.config = {"model_id": model_id}
+
+    def update_config(self, **model_config) -> None:
+        self.config.update(model_config)
+
+    def get_config(self):
+        return self.config
+
+    async def structured_output(self, output_model, prompt, system_prompt=None, **kwargs):
+        raise NotImplementedError
+        yield
+
+    async def stream(self, messages, tool_specs=None, system_prompt=None, **kwargs):
+        turn = sum("toolResult" in block for m in messages for block in m["content"])
+        script = SCRIPTS[self.config["model_id"]]
+        name, payload = script[min(turn, len(script) - 1)]
+        yield {"messageStart": {"role": "assistant"}}
+        if name is None:
+            yield {"contentBlockStart": {"start": {}}}
+            yield {"contentBlockDelta": {"delta": {"text": payload}}}
+            yield {"contentBlockStop": {}}
+            yield {"messageStop": {"stopReason": "end_turn"}}
+        else:
+            start = {"toolUse": {"name": name, "toolUseId": f"tooluse_{turn}"}}
+            yield {"contentBlockStart": {"start": start}}
+            yield {"contentBlockDelta": {"delta": {"toolUse": {"input": payload}}}}
+            yield {"contentBlockStop": {}}
+            yield {"messageStop": {"stopReason": "tool_use"}}
+        usage = {
+            "inputTokens": 100 + 10 * turn,
+            "outputTokens": 20 + turn,
+            "totalTokens": 120 + 11 * turn,
+        }
+        yield {"metadata": {"usage": usage, "metrics": {"latencyMs": 5}}}
+
+
+@tool
+def get_weather(city: str, unit: str = "celsius") -> str:
+    """Current weather for a city.
+
+    Args:
+        city: The city.
+        unit: celsius or fahrenheit.
+    """
+    return f"18 degrees {unit} in {city}"
+
+
+@tool
+def fetch_page(url: str) -> str:
+    """Fetch a web page.
+
+    Args:
+        url: The address.
+    """
+    raise RuntimeError(f"connection refused: {url}")
+
+
+@tool
+def lookup(term: str) -> str:
+    """Look a term up in the encyclopedia.
+
+    Args:
+        term: The term.
+    """
+    return f"{term}: the structural backbone of a ship"
+
+
+@tool
+def ask_researcher(question: str) -> str:
+    """Ask the research agent.
+
+    Args:
+        question: The question.
+    """
+    inner = Agent(
+        model=ScriptedModel("fake-inner-model"),
+        tools=[lookup],
+        name="researcher",
+        callback_handler=None,
+    )
+    return str(inner(question))
+
+
+def main() -> None:
+    agent = Agent(
+        model=ScriptedModel("fake-loop-model"),
+        tools=[get_weather],
+        name="weather_agent",
+        system_prompt="Answer weather questions.",
+        callback_handler=None,
+    )
+    print(agent("Weather in Paris?"))
+    cap.save(f"{PREFIX}_loop")
+
+    agent = Agent(
+        model=ScriptedModel("fake-error-model"),
+        tools=[fetch_page],
+        name="fetch_agent",
+        callback_handler=None,
+    )
+    print(agent("Fetch example.com"))
+    cap.save(f"{PREFIX}_tool_error")
+
+    agent = Agent(
+        model=ScriptedModel("fake-outer-model"),
+        tools=[ask_researcher],
+        name="coordinator",
+        callback_handler=None,
+    )
+    print(agent("What is a keel?"))
+    cap.save(f"{PREFIX}_nested")
+    cap.shutdown()
+
+
+if __name__ == "__main__":
+    main()

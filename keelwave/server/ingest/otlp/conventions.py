@@ -1,0 +1,231 @@
+"""What a span says, in any of the conventions agent frameworks use.
+
+Three families of attributes describe agent work: OpenTelemetry's GenAI
+conventions (``gen_ai.*``: pydantic-ai, Strands, OpenLLMetry's newer
+instrumentations), OpenInference (``openinference.span.kind``, ``tool.name``,
+``input.value``, ``llm.*``: Arize's instrumentations) and OpenLLMetry's own
+(``traceloop.*``). Each reader here tries them in that order and returns one
+answer; mapping.py decides what the answers make of a trace. The fixtures in
+tests/otlp_fixtures show what each framework really sends; docs/otlp.md has
+the table.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from keelwave.sdk import canonical_json
+from keelwave.server.ingest.otlp.decode import Span
+
+AGENT, TOOL, MODEL, OTHER = "agent", "tool", "model", "other"
+MODEL_OPERATIONS = ("chat", "text_completion", "generate_content", "embeddings")
+# Spans that wrap a framework's run of agents without being one (the OpenAI Agents SDK).
+WORKFLOW_NAMES = ("Agent workflow", "Agent Workflow")
+# What a run stopped by a step limit says (exception types and messages, lowercased).
+STEP_LIMITS = (
+    "maxturnsexceeded", "max turns", "max_turns", "graphrecursionerror", "recursion limit",
+    "maxstepserror", "max steps", "max_steps", "usagelimitexceeded",
+)  # fmt: skip
+
+
+def _metadata(span: Span) -> dict[str, Any]:
+    """LangChain's ``metadata`` attribute, a JSON object in a string."""
+    raw = span.attributes.get("metadata")
+    if isinstance(raw, str) and raw.startswith("{"):
+        try:
+            parsed = json.loads(raw)
+        except ValueError:
+            return {}
+        return parsed if isinstance(parsed, dict) else {}
+    return raw if isinstance(raw, dict) else {}
+
+
+def role(span: Span) -> str:
+    """agent, tool, model or other."""
+    attributes = span.attributes
+    operation = attributes.get("gen_ai.operation.name")
+    openinference = str(attributes.get("openinference.span.kind") or "").upper()
+    traceloop = str(attributes.get("traceloop.span.kind") or "").lower()
+    metadata = _metadata(span) if "metadata" in attributes else {}
+    if operation == "invoke_agent" or openinference == "AGENT" or traceloop == "agent":
+        # LangGraph marks each run of its node named "agent" as an AGENT too; the
+        # agent is the graph, whose span has no langgraph_step.
+        return OTHER if "langgraph_step" in metadata else AGENT
+    if metadata.get("ls_integration") == "langgraph" and "langgraph_step" not in metadata:
+        return AGENT  # a LangGraph graph (OpenInference calls it AGENT only by its name)
+    if operation == "execute_tool" or openinference == "TOOL" or traceloop == "tool":
+        return TOOL
+    if operation in MODEL_OPERATIONS or openinference in ("LLM", "EMBEDDING"):
+        return MODEL
+    if traceloop == "llm" or span.name.endswith(".chat"):
+        return MODEL
+    return OTHER
+
+
+def _first(attributes: dict[str, Any], *names: str) -> Any:
+    for name in names:
+        value = attributes.get(name)
+        if value not in (None, ""):
+            return value
+    return None
+
+
+def agent_name(span: Span) -> str | None:
+    """The agent's own name, when the span gives one (a workflow span may not)."""
+    name = _first(span.attributes, "gen_ai.agent.name", "agent.name", "agent_name")
+    if name is None and str(span.attributes.get("traceloop.span.kind")) == "agent":
+        name = _first(span.attributes, "traceloop.entity.name")
+    if name is None and span.name.startswith("invoke_agent "):
+        name = span.name.removeprefix("invoke_agent ")
+    if name is None and span.name not in WORKFLOW_NAMES:
+        kind = span.attributes.get("openinference.span.kind")
+        if kind == "AGENT" or "ls_integration" in _metadata(span):
+            name = span.name.removesuffix(".run")
+    return str(name) if name is not None else None
+
+
+def tool_name(span: Span) -> str:
+    name = _first(span.attributes, "gen_ai.tool.name", "tool.name", "traceloop.entity.name")
+    if name is None:
+        name = span.name.removeprefix("execute_tool ").removesuffix(".tool")
+    return str(name)
+
+
+def _envelope(value: Any) -> Any:
+    """The call's own arguments out of an instrumentation's wrapping, or None if none."""
+    if isinstance(value, dict):
+        if "inputs" in value and ("input_str" in value or "kwargs" in value):
+            return value["inputs"]  # OpenLLMetry's LangChain callback envelope
+        if "kwargs" in value and "args" in value and set(value) <= {
+            "args", "kwargs", "sanitize_inputs_outputs"
+        }:  # fmt: skip
+            return value["kwargs"] if not value["args"] else {
+                "args": value["args"], "kwargs": value["kwargs"]
+            }  # fmt: skip
+    return None
+
+
+def tool_input(span: Span) -> bytes | None:
+    """The tool call's arguments as JSON bytes, for the fingerprint.
+
+    A JSON string is kept exactly as the framework sent it (the fingerprint of
+    record covers the bytes, as for native steps); a structured value, or
+    arguments unwrapped from an instrumentation's envelope, become canonical
+    JSON (sorted keys, the Python SDK's form), so that the same call gives the
+    same bytes every time. A plain string that is not JSON (LangChain sends a
+    lone string argument bare) becomes a JSON string.
+    """
+    attributes = span.attributes
+    raw = _first(attributes, "gen_ai.tool.call.arguments", "input.value", "traceloop.entity.input")
+    if raw is None:
+        raw = _event_attribute(span, "gen_ai.tool.message", "content", "arguments")
+    if raw is None:
+        return None
+    if not isinstance(raw, str):
+        inner = _envelope(raw)
+        return canonical_json(raw if inner is None else inner).encode()
+    try:
+        parsed = json.loads(raw)
+    except ValueError:
+        return canonical_json(raw).encode()
+    inner = _envelope(parsed)
+    if inner is not None:
+        return canonical_json(inner).encode()
+    return raw.encode()
+
+
+def tool_output(span: Span) -> bytes | None:
+    raw = _first(
+        span.attributes, "gen_ai.tool.call.result", "output.value", "traceloop.entity.output"
+    )
+    if raw is None:
+        raw = _event_attribute(span, "gen_ai.choice", "message", "content")
+    if raw is None:
+        return None
+    if isinstance(raw, str):
+        try:
+            parsed = json.loads(raw)
+        except ValueError:
+            return canonical_json(raw).encode()
+        if isinstance(parsed, dict) and set(parsed) >= {"output"} and "kwargs" in parsed:
+            return canonical_json(parsed["output"]).encode()
+        return raw.encode()
+    return canonical_json(raw).encode()
+
+
+def _event_attribute(span: Span, event_name: str, *keys: str) -> Any:
+    for event in span.events:
+        if event.name == event_name:
+            for key in keys:
+                if event.attributes.get(key) not in (None, ""):
+                    return event.attributes[key]
+    return None
+
+
+def error(span: Span) -> str | None:
+    """What went wrong, if the span failed: its exception, else its status message."""
+    for event in span.events:
+        if event.name == "exception":
+            kind = event.attributes.get("exception.type") or "Exception"
+            message = event.attributes.get("exception.message") or ""
+            return f"{kind}: {message}" if message else str(kind)
+    if span.status_code == 2:
+        return span.status_message or "error"
+    return None
+
+
+def exception_types(span: Span) -> list[str]:
+    types = [
+        str(event.attributes.get("exception.type") or "")
+        for event in span.events
+        if event.name == "exception"
+    ]
+    if span.status_code == 2 and span.status_message:
+        types.append(span.status_message)
+    return types
+
+
+def integer(attributes: dict[str, Any], *names: str) -> int:
+    value = _first(attributes, *names)
+    try:
+        return max(0, int(value)) if value is not None else 0
+    except (TypeError, ValueError):
+        return 0
+
+
+def model_call(span: Span) -> dict[str, Any]:
+    """Provider, model, tokens (input includes cached input, output includes reasoning,
+    keelwave's convention) and finish reasons of an inference span."""
+    a = span.attributes
+    finish = _first(a, "gen_ai.response.finish_reasons", "llm.finish_reason")
+    return {
+        "provider": str(
+            _first(a, "gen_ai.provider.name", "gen_ai.system", "llm.provider", "llm.system")
+            or "unknown"
+        ),
+        "model": str(
+            _first(a, "gen_ai.response.model", "gen_ai.request.model", "llm.model_name")
+            or "unknown"
+        ),
+        "input_tokens": integer(
+            a, "gen_ai.usage.input_tokens", "llm.token_count.prompt", "gen_ai.usage.prompt_tokens"
+        ),
+        "output_tokens": integer(
+            a,
+            "gen_ai.usage.output_tokens",
+            "llm.token_count.completion",
+            "gen_ai.usage.completion_tokens",
+        ),
+        "cache_read_tokens": integer(
+            a, "gen_ai.usage.cache_read.input_tokens", "llm.token_count.prompt_details.cache_read"
+        ),
+        "reasoning_tokens": integer(
+            a,
+            "gen_ai.usage.reasoning.output_tokens",
+            "llm.token_count.completion_details.reasoning",
+        ),
+        "finish_reasons": [str(f) for f in finish]
+        if isinstance(finish, list)
+        else ([str(finish)] if finish else []),  # fmt: skip
+    }

@@ -10,14 +10,13 @@ reaper; they share the work safely through the run locks of statements.py.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
-import psycopg
-from psycopg_pool import AsyncConnectionPool, PoolTimeout
+from psycopg_pool import AsyncConnectionPool
 
 from keelwave.server.store import statements
 from keelwave.server.store.lifecycle import stage_tool_calls
+from keelwave.server.store.periodic import Periodic
 
 log = logging.getLogger("keelwave.lifecycle")
 
@@ -56,32 +55,9 @@ async def time_out_idle_runs(
     return len(timed_out)
 
 
-class Reaper:
+class Reaper(Periodic):
     """Runs :func:`time_out_idle_runs` every few seconds inside ``serve``."""
 
     def __init__(self, pool: AsyncConnectionPool, timeout_after: float, stall_after: float):
-        self._pool = pool
-        self._timeout_after = timeout_after
-        self._interval = min(60.0, max(0.5, min(timeout_after, stall_after) / 4))
-        self._task: asyncio.Task | None = None
-
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="keelwave-reaper")
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-
-    async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(self._interval)
-            try:
-                await time_out_idle_runs(self._pool, self._timeout_after)
-            except (psycopg.Error, PoolTimeout, OSError) as error:
-                log.debug("reaper skipped a round: %s", error)
-            except Exception:  # never let a bug stop the reaper for good
-                log.exception("reaper failed")
+        every = min(60.0, max(0.5, min(timeout_after, stall_after) / 4))
+        super().__init__("reaper", lambda: time_out_idle_runs(pool, timeout_after), every, log)

@@ -17,11 +17,12 @@ this does nothing.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
 import psycopg
-from psycopg_pool import AsyncConnectionPool, PoolTimeout
+from psycopg_pool import AsyncConnectionPool
+
+from keelwave.server.store.periodic import Periodic
 
 log = logging.getLogger("keelwave.timescaledb")
 
@@ -77,25 +78,13 @@ async def compress_overdue(conn: psycopg.AsyncConnection, said: set[int] | None 
     return ran
 
 
-class Maintenance:
+class Maintenance(Periodic):
     """Runs :func:`compress_overdue` every CHECK_EVERY_SECONDS inside ``serve``."""
 
     def __init__(self, pool: AsyncConnectionPool, every: float = CHECK_EVERY_SECONDS) -> None:
+        super().__init__("TimescaleDB maintenance", self.run_once, every, log, min(60.0, every))
         self._pool = pool
-        self._every = every
         self._said: set[int] = set()
-        self._task: asyncio.Task | None = None
-
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="keelwave-timescaledb")
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
 
     async def run_once(self) -> int:
         async with self._pool.connection() as conn:
@@ -106,14 +95,3 @@ class Maintenance:
                 return await compress_overdue(conn, self._said)
             finally:
                 await conn.execute("SELECT pg_advisory_unlock(%s, %s)", MAINTENANCE_LOCK)
-
-    async def _run(self) -> None:
-        await asyncio.sleep(min(60.0, self._every))
-        while True:
-            try:
-                await self.run_once()
-            except (psycopg.Error, PoolTimeout, OSError) as error:
-                log.warning("TimescaleDB maintenance skipped a round: %s", error)
-            except Exception:  # never let a bug stop maintenance for good
-                log.exception("TimescaleDB maintenance failed")
-            await asyncio.sleep(self._every)

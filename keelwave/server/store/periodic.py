@@ -1,0 +1,49 @@
+"""A job that ``serve`` runs every so often in the background (the reaper, TimescaleDB
+maintenance): started and stopped with the app, and never stopped for good by an
+error — a database that is away skips a round, a bug is logged and the next round
+comes anyway."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+import psycopg
+from psycopg_pool import PoolTimeout
+
+Job = Callable[[], Awaitable[object]]
+
+
+class Periodic:
+    def __init__(
+        self, name: str, job: Job, every: float, log: logging.Logger, first_after: float = 0
+    ) -> None:
+        self.name = name
+        self._job = job
+        self._every = every
+        self._first_after = first_after or every
+        self._log = log
+        self._task: asyncio.Task | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name=f"keelwave-{self.name}")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+
+    async def _run(self) -> None:
+        await asyncio.sleep(self._first_after)
+        while True:
+            try:
+                await self._job()
+            except (psycopg.Error, PoolTimeout, OSError) as error:
+                self._log.debug("%s skipped a round: %s", self.name, error)
+            except Exception:  # never let a bug stop the job for good
+                self._log.exception("%s failed", self.name)
+            await asyncio.sleep(self._every)

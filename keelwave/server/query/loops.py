@@ -1,8 +1,10 @@
-"""The first read endpoints: who am I, and where does a run loop.
+"""Who am I, and where does a run repeat itself.
 
 ``/loops`` is computed from the stored steps at query time, so it is right
 whatever the SDK reported at finish: group the run's steps by fingerprint,
-ignore steps without one, keep groups of two or more.
+ignore steps without one, keep groups of two or more. ``/findings`` reads the
+same steps with the server's detectors (keelwave.server.findings): the exact
+loops again, and cycles, near-duplicates and calls that make no progress.
 """
 
 from __future__ import annotations
@@ -11,13 +13,14 @@ import base64
 
 from aiohttp import web
 
+from keelwave.server.findings import StepView, findings
 from keelwave.server.http import appkeys
 from keelwave.server.http.auth import ANY, READ
 from keelwave.server.http.errors import not_found
 from keelwave.server.http.operations import ApiRoutes
 from keelwave.server.http.params import project_of, run_id_of
 from keelwave.server.http.responses import respond
-from keelwave.server.query.schemas import LoopGroup, LoopsResponse, MeResponse
+from keelwave.server.query.schemas import FindingsResponse, LoopGroup, LoopsResponse, MeResponse
 
 routes = ApiRoutes("query")
 
@@ -79,3 +82,38 @@ async def run_loops(request: web.Request) -> web.Response:
 def loop_group(row: tuple) -> LoopGroup:
     fingerprint, hits, step_indices, tool_name = row
     return LoopGroup(base64.b64encode(fingerprint).decode("ascii"), hits, step_indices, tool_name)
+
+
+STEPS_FOR_FINDINGS_SQL = """
+SELECT step_index, tool_name, tool_input::text, tool_output::text
+FROM agent_steps WHERE project_id = %s AND run_id = %s
+ORDER BY step_index
+"""
+
+
+@routes.get(
+    "/v1/projects/{project_id}/agent/runs/{run_id}/findings",
+    summary="Get a run's findings",
+    response=FindingsResponse,
+)
+async def run_findings(request: web.Request) -> web.Response:
+    """How the run repeats itself, found by the server from its stored steps: exact
+    loops (as /loops), cycles, near-duplicates and no progress, by where they began."""
+    principal = await request.app[appkeys.KEYSTORE].authenticate(request, READ)
+    project_id = project_of(request, principal)
+    run_id = run_id_of(request)
+    async with request.app[appkeys.POOL].connection() as conn:
+        rows = await (await conn.execute(STEPS_FOR_FINDINGS_SQL, (project_id, run_id))).fetchall()
+        if not rows:
+            cursor = await conn.execute(RUN_EXISTS_SQL, {"p": project_id, "r": run_id})
+            if not (await cursor.fetchone())[0]:
+                raise not_found(f"run {run_id}")
+    steps = [
+        StepView(index, tool, _utf8(tool_input), _utf8(tool_output))
+        for index, tool, tool_input, tool_output in rows
+    ]
+    return respond(FindingsResponse, {"data": [f.as_dict() for f in findings(steps)]})
+
+
+def _utf8(text: str | None) -> bytes | None:
+    return text.encode() if text is not None else None

@@ -52,6 +52,27 @@ class LoopGroup(Struct):
     tool_name: str
 
 
+FindingKind = Literal["exact_loop", "cycle", "near_duplicate", "no_progress"]
+
+
+class FindingRecord(Struct):
+    """A way the run repeats itself, found by the server from its stored steps."""
+
+    kind: Annotated[
+        FindingKind,
+        Meta(
+            description="exact_loop: one /loops group; cycle: k distinct calls repeated back "
+            "to back; near_duplicate: one tool's inputs equal once normalised; no_progress: "
+            "one tool's outputs unchanged while its inputs change"
+        ),
+    ]
+    began_at_step: Annotated[int, Meta(description="The first step of the pattern")]
+    step_indices: list[int]
+    tool_names: list[str]
+    hits: Annotated[int, Meta(description="Repetitions (cycle) or calls (the others)")]
+    detail: str
+
+
 class Run(Struct, kw_only=True):
     """A run as listed: one execution of an agent, with its counters."""
 
@@ -213,6 +234,10 @@ class MeResponse(Struct):
 
 class LoopsResponse(Struct):
     data: list[LoopGroup]
+
+
+class FindingsResponse(Struct):
+    data: list[FindingRecord]
 
 
 class RunListResponse(Struct):

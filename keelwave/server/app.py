@@ -83,6 +83,7 @@ def create_app(
     )
     app[appkeys.METRICS] = recorder
     app[appkeys.REFUSALS] = reporter
+    app[appkeys.GENERIC_RUN_PLANS] = False  # until the database says it is TimescaleDB
     app[appkeys.SETTINGS] = settings
     app[appkeys.CONNINFO] = conninfo
     app.cleanup_ctx.append(_database)
@@ -124,6 +125,8 @@ async def _database(app: web.Application) -> AsyncIterator[None]:
     )
     # wait=False: serve (and answer /readyz with 503) even if the database is down.
     await pool.open(wait=False)
+    if not pooled:
+        app[appkeys.GENERIC_RUN_PLANS] = await _on_timescaledb(conninfo, connect_timeout)
     writer = IngestWriter(
         conninfo,
         settings.flush_max_rows,
@@ -153,6 +156,16 @@ async def _database(app: web.Application) -> AsyncIterator[None]:
         await maintenance.stop()
         await keystore.stop()
         await pool.close()
+
+
+async def _on_timescaledb(conninfo: str, connect_timeout: int) -> bool:
+    try:
+        async with await psycopg.AsyncConnection.connect(
+            conninfo, autocommit=True, connect_timeout=connect_timeout
+        ) as conn:
+            return await timescale.has_timescaledb(conn)
+    except psycopg.Error:  # the database is down: plan as on plain PostgreSQL
+        return False
 
 
 async def _configure_connection(conn: psycopg.AsyncConnection) -> None:

@@ -23,3 +23,5 @@ WRITER = web.AppKey("writer", IngestWriter)
 KEYSTORE = web.AppKey("keystore", KeyStore)
 METRICS = web.AppKey("metrics", Metrics)
 REFUSALS = web.AppKey("refusals", Reporter)
+# Whether one run's queries are prepared with generic plans (query/plans.py).
+GENERIC_RUN_PLANS = web.AppKey("generic_run_plans", bool)

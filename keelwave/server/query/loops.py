@@ -20,6 +20,7 @@ from keelwave.server.http.errors import not_found
 from keelwave.server.http.operations import ApiRoutes
 from keelwave.server.http.params import project_of, run_id_of
 from keelwave.server.http.responses import respond
+from keelwave.server.query.plans import run_queries
 from keelwave.server.query.schemas import FindingsResponse, LoopGroup, LoopsResponse, MeResponse
 
 routes = ApiRoutes("query")
@@ -70,12 +71,10 @@ async def run_loops(request: web.Request) -> web.Response:
     principal = await request.app[appkeys.KEYSTORE].authenticate(request, READ)
     project_id = project_of(request, principal)
     run_id = run_id_of(request)
-    async with request.app[appkeys.POOL].connection() as conn:
-        rows = await (await conn.execute(LOOPS_SQL, (project_id, run_id))).fetchall()
-        if not rows:
-            cursor = await conn.execute(RUN_EXISTS_SQL, {"p": project_id, "r": run_id})
-            if not (await cursor.fetchone())[0]:
-                raise not_found(f"run {run_id}")
+    async with run_queries(request) as queries:
+        rows = await queries.rows(LOOPS_SQL, (project_id, run_id))
+        if not rows and not (await queries.row(RUN_EXISTS_SQL, {"p": project_id, "r": run_id}))[0]:
+            raise not_found(f"run {run_id}")
     return respond(LoopsResponse, {"data": [loop_group(row) for row in rows]})
 
 
@@ -102,12 +101,10 @@ async def run_findings(request: web.Request) -> web.Response:
     principal = await request.app[appkeys.KEYSTORE].authenticate(request, READ)
     project_id = project_of(request, principal)
     run_id = run_id_of(request)
-    async with request.app[appkeys.POOL].connection() as conn:
-        rows = await (await conn.execute(STEPS_FOR_FINDINGS_SQL, (project_id, run_id))).fetchall()
-        if not rows:
-            cursor = await conn.execute(RUN_EXISTS_SQL, {"p": project_id, "r": run_id})
-            if not (await cursor.fetchone())[0]:
-                raise not_found(f"run {run_id}")
+    async with run_queries(request) as queries:
+        rows = await queries.rows(STEPS_FOR_FINDINGS_SQL, (project_id, run_id))
+        if not rows and not (await queries.row(RUN_EXISTS_SQL, {"p": project_id, "r": run_id}))[0]:
+            raise not_found(f"run {run_id}")
     steps = [
         StepView(index, tool, _utf8(tool_input), _utf8(tool_output))
         for index, tool, tool_input, tool_output in rows

@@ -22,6 +22,7 @@ from keelwave.server.http.errors import not_found
 from keelwave.server.http.operations import ApiRoutes, Param
 from keelwave.server.http.responses import respond
 from keelwave.server.query.loops import LOOPS_SQL, RUN_EXISTS_SQL, loop_group
+from keelwave.server.query.plans import run_queries
 from keelwave.server.query.schemas import (
     RUN_STATUSES,
     ModelCallListResponse,
@@ -125,25 +126,21 @@ async def get_run(request: web.Request) -> web.Response:
     project_id = await params.read_project(request)
     run_id = params.run_id_of(request)
     args = {"project": project_id, "run": run_id, "stall": params.stall_after(request)}
-    async with request.app[appkeys.POOL].connection() as conn:
-        async with conn.cursor(row_factory=dict_row) as cur:
-            row = await (
-                await cur.execute(
-                    f"SELECT {RUN_FIELDS}, input, output, metadata FROM agent_runs "
-                    "WHERE project_id = %(project)s AND id = %(run)s",
-                    args,
-                )
-            ).fetchone()
+    async with run_queries(request) as queries:
+        row = await queries.row(
+            f"SELECT {RUN_FIELDS}, input, output, metadata FROM agent_runs "
+            "WHERE project_id = %(project)s AND id = %(run)s",
+            args,
+            as_dicts=True,
+        )
         if row is None:
             raise not_found(f"run {run_id}")
-        loops = await (await conn.execute(LOOPS_SQL, (project_id, run_id))).fetchall()
-        children = await (
-            await conn.execute(
-                "SELECT id FROM agent_runs WHERE project_id = %s AND parent_run_id = %s "
-                "ORDER BY started_at, id",
-                (project_id, run_id),
-            )
-        ).fetchall()
+        loops = await queries.rows(LOOPS_SQL, (project_id, run_id))
+        children = await queries.rows(
+            "SELECT id FROM agent_runs WHERE project_id = %s AND parent_run_id = %s "
+            "ORDER BY started_at, id",
+            (project_id, run_id),
+        )
     run = row
     run["loop_groups"] = [loop_group(group) for group in loops]
     run["child_runs"] = [child for (child,) in children]
@@ -181,13 +178,11 @@ async def run_steps(request: web.Request) -> web.Response:
     cursor = params.decode_cursor(request, 1)
     after = int(cursor[0]) if cursor else -1
     args = {"project": project_id, "run": run_id, "after": after, "limit": limit + 1}
-    async with request.app[appkeys.POOL].connection() as conn:
-        async with conn.cursor(row_factory=dict_row) as cur:
-            rows = await (await cur.execute(STEPS_SQL, args)).fetchall()
-        if not rows and cursor is None:
-            exists = await conn.execute(RUN_EXISTS_SQL, {"p": project_id, "r": run_id})
-            if not (await exists.fetchone())[0]:
-                raise not_found(f"run {run_id}")
+    async with run_queries(request) as queries:
+        rows = await queries.rows(STEPS_SQL, args, as_dicts=True)
+        exists = {"p": project_id, "r": run_id}
+        if not rows and cursor is None and not (await queries.row(RUN_EXISTS_SQL, exists))[0]:
+            raise not_found(f"run {run_id}")
     next_cursor = None
     if len(rows) > limit:
         rows = rows[:limit]
@@ -215,19 +210,16 @@ async def run_model_calls(request: web.Request) -> web.Response:
     """The run's model calls in the order they started."""
     project_id = await params.read_project(request)
     run_id = params.run_id_of(request)
-    async with request.app[appkeys.POOL].connection() as conn:
-        async with conn.cursor(row_factory=dict_row) as cur:
-            rows = await (
-                await cur.execute(
-                    "SELECT id, step_index, provider, model, input_tokens, output_tokens, "
-                    "cache_read_tokens, reasoning_tokens, cost_usd, latency_ms, status, error, "
-                    "started_at FROM ai_traces WHERE project_id = %s AND run_id = %s "
-                    "ORDER BY started_at, id",
-                    (project_id, run_id),
-                )
-            ).fetchall()
-        if not rows:
-            exists = await conn.execute(RUN_EXISTS_SQL, {"p": project_id, "r": run_id})
-            if not (await exists.fetchone())[0]:
-                raise not_found(f"run {run_id}")
+    async with run_queries(request) as queries:
+        rows = await queries.rows(
+            "SELECT id, step_index, provider, model, input_tokens, output_tokens, "
+            "cache_read_tokens, reasoning_tokens, cost_usd, latency_ms, status, error, "
+            "started_at FROM ai_traces WHERE project_id = %s AND run_id = %s "
+            "ORDER BY started_at, id",
+            (project_id, run_id),
+            as_dicts=True,
+        )
+        exists = {"p": project_id, "r": run_id}
+        if not rows and not (await queries.row(RUN_EXISTS_SQL, exists))[0]:
+            raise not_found(f"run {run_id}")
     return respond(ModelCallListResponse, {"data": rows})

@@ -119,6 +119,18 @@ def test_loops_json_is_the_apis_data(server, known) -> None:
     assert "no loops" in cli(server, project, "loops", ids["clean"]).stdout
 
 
+def test_findings_json_is_the_apis_data(server, known) -> None:
+    project, ids = known
+    result = cli(server, project, "findings", ids["loop"], "--json")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data == api(server, project, f"/runs/{ids['loop']}/findings")
+    assert [f["kind"] for f in data] == ["exact_loop"]
+    text = cli(server, project, "findings", ids["loop"][:8]).stdout
+    assert "exact_loop" in text and "1, 2, 3, 4, 5" in text
+    assert "not stuck" in cli(server, project, "findings", ids["clean"]).stdout
+
+
 def test_summary(server, known) -> None:
     project, _ = known
     result = cli(server, project, "summary", "--window", "1h")

@@ -154,6 +154,28 @@ def loops(
     show_loops(run_id, data, full=full)
 
 
+def findings(
+    run_ref: Annotated[str, typer.Argument(metavar="RUN_ID", help="A run id or a unique start.")],
+    as_json: Json = False,
+    endpoint: Endpoint = None,
+    api_key: ApiKey = None,
+) -> None:
+    """How a run repeats itself, as the server finds it.
+
+    Exact loops, cycles, near-duplicate calls and calls that make no progress,
+    each with the step where it began.
+    """
+    with api_for(endpoint, api_key) as api:
+        run_id = api.resolve_run(run_ref)
+        data = api.agent(f"/runs/{run_id}/findings")["data"]
+    if as_json:
+        print_json(data)
+        return
+    from keelwave.cli.tables import show_findings
+
+    show_findings(run_id, data)
+
+
 def summary(
     window: Window = "24h",
     as_json: Json = False,

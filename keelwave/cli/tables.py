@@ -104,6 +104,22 @@ def show_loops(run_id: str, data: list[dict[str, Any]], full: bool) -> None:
     stdout.print(table)
 
 
+def show_findings(run_id: str, data: list[dict[str, Any]]) -> None:
+    """A run's findings, by the step where each began."""
+    if not data:
+        stdout.print(f"Run {fmt.short_id(run_id)} is not stuck in any way the server detects.")
+        return
+    table = Table(title=f"findings of run {run_id}", title_justify="left")
+    for column in ("began at", "kind", "tools", "hits", "steps", "why"):
+        table.add_column(column, justify="right" if column in ("began at", "hits") else "left")
+    for finding in data:
+        table.add_row(
+            str(finding["began_at_step"]), finding["kind"], ", ".join(finding["tool_names"]),
+            str(finding["hits"]), ", ".join(map(str, finding["step_indices"])), finding["detail"],
+        )  # fmt: skip
+    stdout.print(table)
+
+
 def show_summary(
     window: str,
     numbers: dict[str, Any],

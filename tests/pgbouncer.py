@@ -12,17 +12,13 @@ import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from serve_process import free_port
+
 PGBOUNCER = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
 
 
 def available() -> bool:
     return os.path.exists(PGBOUNCER)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class PgBouncer:
@@ -31,7 +27,7 @@ class PgBouncer:
 
     def __init__(self, postgres_url: str, mode: str, pool_size: int = 4) -> None:
         target = urlsplit(postgres_url)
-        self.port = _free_port()
+        self.port = free_port()
         self.user = target.username or "postgres"
         # Its own folder in /tmp: pytest's tmp_path is private to root, and PgBouncer
         # runs as postgres.

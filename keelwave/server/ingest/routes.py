@@ -56,6 +56,14 @@ from keelwave.server.store.writer import (
 
 routes = ApiRoutes("ingest")
 
+# What each route decodes its body as: one name, so the API document (from the
+# route's declared body) and the decoding cannot differ. Bodies may be one object
+# or an array of them.
+RUNS_BODY = RunStart | list[RunStart]
+FINISHES_BODY = RunFinishItem | list[RunFinishItem]
+STEPS_BODY = Step | list[Step]
+CALLS_BODY = ModelCall | list[ModelCall]
+
 # Ingest's own resource: the price table that costs model calls sent without a cost.
 PRICES = web.AppKey("prices", PriceTable)
 
@@ -100,14 +108,14 @@ def _path(is_array: bool, position: int, field: str) -> str:
 @routes.post(
     "/v1/ingest/agent/runs",
     summary="Start a run",
-    body=RunStart | list[RunStart],
+    body=RUNS_BODY,
     response=(RunStartedResponse, RunsStartedResponse),
     status=201,
 )
 async def start_run(request: web.Request) -> web.Response:
     """One run (answered with its id), or an array of runs (an SDK batching starts)."""
     principal = await request.app[appkeys.KEYSTORE].authenticate(request, INGEST)
-    runs, is_array = _as_list(decode(await _body(request), RunStart | list[RunStart]))
+    runs, is_array = _as_list(decode(await _body(request), RUNS_BODY))
     now = datetime.now(UTC)
     rows, ids = [], []
     for position, run in enumerate(runs):
@@ -148,13 +156,13 @@ def _finish_of(body: RunFinish, now: datetime) -> Finish:
 @routes.post(
     "/v1/ingest/agent/runs/finish",
     summary="Finish several runs",
-    body=RunFinishItem | list[RunFinishItem],
+    body=FINISHES_BODY,
     response=RunsFinishedResponse,
 )
 async def finish_many(request: web.Request) -> web.Response:
     """Finish several runs at once (an SDK batching finishes); unknown runs are listed."""
     principal = await request.app[appkeys.KEYSTORE].authenticate(request, INGEST)
-    items, _ = _as_list(decode(await _body(request), RunFinishItem | list[RunFinishItem]))
+    items, _ = _as_list(decode(await _body(request), FINISHES_BODY))
     now = datetime.now(UTC)
     finishes = [(item.id, _finish_of(item, now)) for item in items]
     unknown = await finish_runs(request.app[appkeys.POOL], principal.project_id, finishes)
@@ -183,13 +191,13 @@ async def finish(request: web.Request) -> web.Response:
 @routes.post(
     "/v1/ingest/agent/steps",
     summary="Send steps",
-    body=Step | list[Step],
+    body=STEPS_BODY,
     response=StepsAcceptedResponse,
 )
 async def ingest_steps(request: web.Request) -> web.Response:
     """One step or an array of them, fingerprinted before they are stored."""
     principal = await request.app[appkeys.KEYSTORE].authenticate(request, INGEST)
-    steps, is_array = _as_list(decode(await _body(request), Step | list[Step]))
+    steps, is_array = _as_list(decode(await _body(request), STEPS_BODY))
     now = datetime.now(UTC)
     seen: set[tuple[int, int]] = set()  # (run id as UUID.int: hashed in C, step_index)
     rows = []
@@ -229,13 +237,13 @@ async def ingest_steps(request: web.Request) -> web.Response:
 @routes.post(
     "/v1/ingest/ai",
     summary="Send model calls",
-    body=ModelCall | list[ModelCall],
+    body=CALLS_BODY,
     response=CallsAcceptedResponse,
 )
 async def ingest_model_calls(request: web.Request) -> web.Response:
     """One model call or an array of them; each is priced unless it says its cost."""
     principal = await request.app[appkeys.KEYSTORE].authenticate(request, INGEST)
-    calls, is_array = _as_list(decode(await _body(request), ModelCall | list[ModelCall]))
+    calls, is_array = _as_list(decode(await _body(request), CALLS_BODY))
     now = datetime.now(UTC)
     prices = request.app[PRICES]
     rows = []

@@ -24,18 +24,12 @@ from conftest import (
     make_settings,
     query,
 )
+from test_writer import step
 
 from keelwave.server.app import create_app
 from keelwave.server.store import lane as lane_module
 from keelwave.server.store import statements
 from keelwave.server.store.writer import IngestWriter
-
-
-def step(project_id: str, run_id: uuid.UUID, index: int) -> tuple:
-    return (
-        uuid.UUID(project_id), run_id, index, "tool_call", "grep", b'{"q": 1}', None, None,
-        b"\x01" * 32, datetime.now(UTC), 5.0, None,
-    )  # fmt: skip
 
 
 def run_row(project_id: str, run_id: uuid.UUID) -> tuple:

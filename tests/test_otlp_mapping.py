@@ -95,3 +95,58 @@ def test_wrapped_arguments_are_unwrapped_to_the_calls_own() -> None:
     assert langchain.steps[0].tool_input == smol.steps[0].tool_input
     [openai] = runs_of("openaiagents_loop")  # a JSON string: kept byte for byte
     assert openai.steps[0].tool_input == b'{"city": "Paris",  "unit": "celsius"}'
+
+
+@pytest.mark.parametrize("name", LOOPS + NESTED)
+def test_spans_arriving_children_first_fill_the_run_that_will_hold_them(name: str) -> None:
+    """As a batch exporter sends them, spans come in the order they end. Before the
+    agent span arrives its tool calls already form a run (provisional, unfinished)
+    with the id the finished run will have, and the last export gives the same
+    result as the whole trace at once."""
+    spans = decode.from_json((FIXTURES / f"{name}.json").read_bytes())
+    spans.sort(key=lambda span: span.end_ns)
+    final = {run.run_id: run for run in runs_of(name, spans)}
+    for count in range(1, len(spans) + 1):
+        for run in runs_of(name, spans[:count]):
+            if run.ended_ns is None:
+                assert run.termination_reason is None
+        if count == len(spans):
+            assert {run.run_id: run for run in runs_of(name, spans[:count])} == final
+    if name in LOOPS:
+        first_tool = next(i for i, s in enumerate(spans) if mapping.c.role(s) == mapping.c.TOOL)
+        early = [run for run in runs_of(name, spans[: first_tool + 1]) if run.steps]
+        assert early and all(run.provisional and run.ended_ns is None for run in early)
+
+
+@pytest.mark.parametrize("name", LOOPS)
+def test_the_loop_began_at_the_first_of_the_repeated_calls(name: str) -> None:
+    [run] = runs_of(name)
+    first = next(step.step_index for step in run.steps if step.tool_name == "get_weather")
+    assert run.loop_step_index == first
+
+
+@pytest.mark.parametrize("name", ["pydanticai_loop", "openaiagents_loop", "strands_loop"])
+def test_each_model_call_belongs_to_the_tool_call_it_asked_for(name: str) -> None:
+    [run] = runs_of(name)
+    linked = [call.step_index for call in run.calls]
+    # 4 model calls: three asked for get_weather (steps 1..3), the last answered.
+    assert linked[:3] == [1, 2, 3] and linked[3] is None
+
+
+def test_a_trace_without_agent_spans_is_one_run_and_one_of_plain_http_spans_is_none() -> None:
+    def span(span_id: int, parent: int | None, name: str, attributes: dict) -> decode.Span:
+        return decode.Span(
+            trace_id=b"t" * 16, span_id=span_id.to_bytes(8, "big"),
+            parent_span_id=parent.to_bytes(8, "big") if parent else None, name=name, kind=1,
+            start_ns=span_id * 1000, end_ns=10_000 - span_id, status_code=0, status_message="",
+            attributes=attributes, resource={"service.name": "billing"},
+        )  # fmt: skip
+
+    http = [span(1, None, "GET /", {}), span(2, 1, "SELECT", {})]
+    assert mapping.map_trace(http) == []
+    tool = span(3, 1, "lookup", {"gen_ai.operation.name": "execute_tool"})
+    [run] = mapping.map_trace([*http, tool])
+    assert run.agent_name == "GET /" and [s.tool_name for s in run.steps] == ["lookup"]
+    assert run.termination_reason == "clean" and not run.provisional
+    [early] = mapping.map_trace([tool])  # before its root arrives: the same run, provisional
+    assert early.run_id == run.run_id and early.provisional and early.agent_name == "billing"

@@ -20,6 +20,7 @@ from keelwave.server.http.auth import KeyStore
 from keelwave.server.http.errors import error_middleware
 from keelwave.server.http.metrics import Metrics
 from keelwave.server.ingest import routes as ingest
+from keelwave.server.ingest.otlp import routes as otlp
 from keelwave.server.ingest.pricing import PriceTable
 from keelwave.server.query import aggregates, loops, runs, tools
 from keelwave.server.store import pooling, refusals, timescale
@@ -34,6 +35,7 @@ RECONNECT_SECONDS = 5.0
 ROUTE_TABLES = (
     health.routes,
     ingest.routes,
+    otlp.routes,
     loops.routes,
     openapi.routes,
     aggregates.routes,
@@ -85,6 +87,7 @@ def create_app(
     app[appkeys.REFUSALS] = reporter
     app[appkeys.GENERIC_RUN_PLANS] = False  # until the database says it is TimescaleDB
     app[appkeys.SETTINGS] = settings
+    app[otlp.WAITING] = [0]
     app[appkeys.CONNINFO] = conninfo
     app.cleanup_ctx.append(_database)
     if settings.metrics_port:

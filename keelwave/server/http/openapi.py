@@ -47,6 +47,8 @@ def document(tables: Iterable[ApiRoutes]) -> dict[str, Any]:
     for operation in operations:
         if operation.body is not None:
             types.append(operation.body)
+        if operation.error is not None:
+            types.append(operation.error)
         types.extend(_response_types(operation))
     schemas, components = msgspec.json.schema_components(types, ref_template=REF)
     schema_of = dict(zip(map(_key, types), schemas, strict=True))
@@ -103,9 +105,9 @@ def _operation(operation: Operation, schema_of: dict[str, dict]) -> dict[str, An
     }
     for status in operation.also:
         responses[str(status)] = {"description": "Not OK", "content": _content(success)}
-    error = _content(schema_of[_key(Error)])
+    error = _content(schema_of[_key(operation.error or Error)])
     errors = dict(SECURED_ERRORS) if operation.secured else {}
-    if operation.body is not None:
+    if operation.body is not None or operation.body_formats:
         errors.update(BODY_ERRORS)
     for status, text in sorted(errors.items()):
         responses.setdefault(status, {"description": text, "content": error})
@@ -125,9 +127,22 @@ def _operation(operation: Operation, schema_of: dict[str, dict]) -> dict[str, An
             "required": True,
             "content": _content(schema_of[_key(operation.body)]),
         }
+    if operation.body_formats:
+        result["requestBody"] = {
+            "required": True,
+            "description": " ".join(f"{media}: {text}." for media, text in operation.body_formats),
+            "content": {media: {"schema": _opaque(media)} for media, _ in operation.body_formats},
+        }
     if not operation.secured:
         result["security"] = []
     return result
+
+
+def _opaque(media: str) -> dict[str, Any]:
+    """The schema of a body documented by its media type (OTLP's, defined elsewhere)."""
+    if media.endswith("json"):
+        return {"type": "object"}
+    return {"type": "string", "format": "binary"}
 
 
 def _parameter(param: Param, where: str) -> dict[str, Any]:

@@ -58,6 +58,10 @@ class Operation:
     secured: bool = True
     # Other answers that carry a body of ``response``'s type (readiness: 503).
     also: tuple[int, ...] = ()
+    # A body that is not one JSON Struct (OTLP): media type -> what it holds.
+    body_formats: tuple[tuple[str, str], ...] = ()
+    # What failures carry, if not the API's Error (OTLP answers google.rpc.Status).
+    error: Any | None = None
 
     @property
     def path_params(self) -> list[Param]:
@@ -90,6 +94,8 @@ class ApiRoutes(web.RouteTableDef):
         query: tuple[Param, ...] | list[Param] = (),
         secured: bool = True,
         also: tuple[int, ...] = (),
+        body_formats: dict[str, str] | None = None,
+        error: Any | None = None,
     ) -> Callable[[Handler], Handler]:
         def register(handler: Handler) -> Handler:
             # The docstring's first paragraph says what the route does; the rest is
@@ -109,6 +115,8 @@ class ApiRoutes(web.RouteTableDef):
                     query=tuple(query),
                     secured=secured,
                     also=also,
+                    body_formats=tuple((body_formats or {}).items()),
+                    error=error,
                 )
             )
             self.route(method, path)(handler)

@@ -15,6 +15,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import msgspec
+
 from keelwave.sdk import canonical_json
 from keelwave.server.ingest.otlp.decode import Span
 
@@ -125,9 +127,8 @@ def tool_input(span: Span) -> bytes | None:
     if not isinstance(raw, str):
         inner = _envelope(raw)
         return canonical_json(raw if inner is None else inner).encode()
-    try:
-        parsed = json.loads(raw)
-    except ValueError:
+    parsed = _parsed(raw)
+    if parsed is _NOT_JSON:
         return canonical_json(raw).encode()
     inner = _envelope(parsed)
     if inner is not None:
@@ -144,14 +145,79 @@ def tool_output(span: Span) -> bytes | None:
     if raw is None:
         return None
     if isinstance(raw, str):
-        try:
-            parsed = json.loads(raw)
-        except ValueError:
+        parsed = _parsed(raw)
+        if parsed is _NOT_JSON:
             return canonical_json(raw).encode()
         if isinstance(parsed, dict) and set(parsed) >= {"output"} and "kwargs" in parsed:
             return canonical_json(parsed["output"]).encode()
         return raw.encode()
     return canonical_json(raw).encode()
+
+
+_NOT_JSON = object()
+
+
+def _parsed(text: str) -> Any:
+    """``text`` parsed as JSON that PostgreSQL's json type accepts too (strict: no NaN,
+    and encodable as UTF-8, which a lone surrogate is not), else _NOT_JSON."""
+    try:
+        return msgspec.json.decode(text.encode())
+    except (msgspec.DecodeError, UnicodeEncodeError):
+        return _NOT_JSON
+
+
+def as_json(raw: Any) -> bytes | None:
+    """A payload attribute as JSON bytes: a JSON string as sent, anything else (a plain
+    string, a structured value) as canonical JSON."""
+    if raw is None:
+        return None
+    if isinstance(raw, str) and _parsed(raw) is not _NOT_JSON:
+        return raw.encode()
+    return canonical_json(raw).encode()
+
+
+RUN_INPUTS = ("gen_ai.input.messages", "input.value", "traceloop.entity.input", "gen_ai.prompt")
+RUN_OUTPUTS = (
+    "gen_ai.output.messages", "output.value", "traceloop.entity.output", "final_result",
+    "gen_ai.completion",
+)  # fmt: skip
+# What is read into a run's own fields, or is bulky content: not repeated in metadata.
+_NOT_METADATA = (
+    *RUN_INPUTS, *RUN_OUTPUTS, "gen_ai.agent.name", "agent.name", "agent_name",
+    "gen_ai.operation.name", "openinference.span.kind", "traceloop.span.kind",
+    "traceloop.entity.name", "all_messages_events", "pydantic_ai.all_messages",
+    "logfire.json_schema", "logfire.msg", "logfire.msg_template", "gen_ai.system_instructions",
+    "gen_ai.tool.definitions", "llm.input_messages", "llm.output_messages", "input.mime_type",
+    "output.mime_type",
+)  # fmt: skip
+
+
+def run_input(span: Span) -> bytes | None:
+    return as_json(_first(span.attributes, *RUN_INPUTS))
+
+
+def run_output(span: Span) -> bytes | None:
+    return as_json(_first(span.attributes, *RUN_OUTPUTS))
+
+
+def resource_metadata(span: Span) -> dict[str, Any]:
+    """The resource's attributes (service.name, SDK versions, deployment)."""
+    return dict(span.resource)
+
+
+def run_metadata(span: Span) -> dict[str, Any]:
+    """A run's metadata: its resource's attributes, then its span's attributes that
+    are not mapped onto a field of their own, and where it came from."""
+    kept = resource_metadata(span)
+    for key, value in span.attributes.items():
+        if key in _NOT_METADATA or key.startswith(("llm.input_messages.", "llm.output_messages.")):
+            continue
+        kept[key] = _metadata(span) if key == "metadata" else value
+    kept["otel.trace_id"] = span.trace_id.hex()
+    kept["otel.span_id"] = span.span_id.hex()
+    if span.scope:
+        kept["otel.scope"] = span.scope
+    return kept
 
 
 def _event_attribute(span: Span, event_name: str, *keys: str) -> Any:

@@ -10,11 +10,23 @@ of it arrives.
 - A run is an agent span (conventions.role). A workflow span without a name
   of its own that wraps exactly one agent (the OpenAI Agents SDK's "Agent
   workflow") is that agent's run, not a run around it. The nearest enclosing
-  run is the parent run. A trace with no agent span is one run, from its root.
+  run is the parent run. A trace with no agent span is one run, from its root
+  (if it has any tool or model span at all: other traces make no run).
+- Spans arrive children first: a tool span whose ancestors have not all
+  arrived yet belongs, for now, to a *provisional* run keyed by the nearest
+  ancestor still missing, which is usually the agent span itself. The run
+  therefore exists (and can stall and time out) before its agent span
+  arrives, and keeps its id when it does. If the missing ancestor turns out
+  not to be an agent, the provisional run disappears and its steps move to
+  the run the complete trace gives them.
 - Its steps are the tool spans whose nearest run is it (not those of a nested
   agent), ordered by start time (then span id, for ties): steps 1…n.
 - Its model calls are the inference spans whose nearest run is it. Agent
-  spans that repeat their run's token totals are never counted.
+  spans that repeat their run's token totals are never counted. A call
+  belongs to the first step that started after it and before the next call:
+  the tool call it produced.
+- Loops: ``loop_step_index`` is the step where the first repetition of a
+  fingerprint began (its first occurrence), as the SDKs report it.
 - It is finished when its span has ended: ``error`` when the span failed (or,
   for a wrapper span that stays OK, when the agent inside it failed),
   ``max_steps_reached`` for a framework's step-limit exception, else ``clean``.
@@ -24,12 +36,16 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
+from keelwave.server.ingest.fingerprint import fingerprint
 from keelwave.server.ingest.otlp import conventions as c
 from keelwave.server.ingest.otlp.decode import Span
 
 # Run ids are derived from trace and span ids, so every server computes the same.
 RUN_NAMESPACE = uuid.UUID("6b657765-6c00-4f54-8c50-72756e730000")
+# Ancestor chains longer than this are cut (a cycle of parent ids in bad input).
+MAX_DEPTH = 10_000
 
 
 @dataclass(slots=True)
@@ -42,6 +58,7 @@ class MappedStep:
     started_ns: int
     duration_ms: float | None
     error: str | None
+    fingerprint: bytes | None = None
 
 
 @dataclass(slots=True)
@@ -58,12 +75,13 @@ class MappedCall:
     error: str | None
     started_ns: int
     finish_reasons: list[str]
+    step_index: int | None = None  # the step it produced (see the module's docstring)
 
 
 @dataclass(slots=True)
 class MappedRun:
     run_id: uuid.UUID
-    span_id: bytes | None  # None: a run made from a trace without agent spans
+    span_id: bytes  # its agent span, its trace's root span, or (provisional) a missing one
     parent_run_id: uuid.UUID | None
     agent_name: str
     started_ns: int
@@ -72,11 +90,15 @@ class MappedRun:
     error: str | None
     steps: list[MappedStep] = field(default_factory=list)
     calls: list[MappedCall] = field(default_factory=list)
+    provisional: bool = False  # its span has not arrived yet
+    loop_step_index: int | None = None
+    input: Any = None
+    output: Any = None
+    metadata: dict[str, Any] = field(default_factory=dict)
 
 
-def run_id(trace_id: bytes, span_id: bytes | None) -> uuid.UUID:
-    key = trace_id.hex() + (":" + span_id.hex() if span_id else "")
-    return uuid.uuid5(RUN_NAMESPACE, key)
+def run_id(trace_id: bytes, span_id: bytes) -> uuid.UUID:
+    return uuid.uuid5(RUN_NAMESPACE, f"{trace_id.hex()}:{span_id.hex()}")
 
 
 def map_trace(spans: list[Span]) -> list[MappedRun]:
@@ -89,58 +111,80 @@ def map_trace(spans: list[Span]) -> list[MappedRun]:
     roles = {span_id: c.role(span) for span_id, span in unique.items()}
     runs = _run_spans(unique, roles)
     trace_id = next(iter(unique.values())).trace_id
+    roots = sorted((s for s in unique.values() if s.parent_span_id is None), key=_start)
+    # A trace without agent spans is one run, from its root.
+    fallback = roots[0].span_id if roots and not runs else None
 
     def owner(span: Span) -> bytes | None:
-        """The run span a span belongs to: its nearest ancestor that is a run."""
-        parent = span.parent_span_id
-        seen = 0
-        while parent is not None and parent in unique and seen < 10_000:
-            if parent in runs:
+        """The run a span belongs to: its nearest ancestor that is a run, or the nearest
+        one that has not arrived (a provisional run), or the root's run of a trace
+        without agents; None for a span outside every agent."""
+        parent, depth = span.parent_span_id, 0
+        while parent is not None and depth < MAX_DEPTH:
+            if parent in runs or parent not in unique:
                 return parent
             parent = unique[parent].parent_span_id
-            seen += 1
-        return None
+            depth += 1
+        return fallback
 
-    mapped: dict[bytes | None, MappedRun] = {}
-    for span_id in sorted(runs, key=lambda s: (unique[s].start_ns, s)):
-        span = unique[span_id]
-        parent = owner(span)
-        mapped[span_id] = MappedRun(
-            run_id=run_id(trace_id, span_id),
-            span_id=span_id,
-            parent_run_id=run_id(trace_id, parent) if parent is not None else None,
-            agent_name=runs[span_id],
-            started_ns=span.start_ns,
-            ended_ns=span.end_ns or None,
-            termination_reason=None,
-            error=None,
-        )
-    tools: dict[bytes | None, list[Span]] = {}
+    members: dict[bytes, list[Span]] = {}  # run key -> its tool and model spans
     for span_id, span in unique.items():
-        if span_id in runs:
+        if span_id in runs or roles[span_id] not in (c.TOOL, c.MODEL):
             continue
-        home = owner(span)
-        if home is None and not runs:
-            home = None  # the trace's own run (below)
-        elif home is None:
-            continue  # its run has not arrived yet, or it lies outside every agent
-        if roles[span_id] == c.TOOL:
-            tools.setdefault(home, []).append(span)
-        elif roles[span_id] == c.MODEL:
-            run = mapped.get(home) or _trace_run(mapped, unique, trace_id)
-            run.calls.append(_call(span))
-    if not runs and (tools or any(r == c.MODEL for r in roles.values())):
-        _trace_run(mapped, unique, trace_id)
-    for home, spans_of_run in tools.items():
-        run = mapped[home] if home in mapped else _trace_run(mapped, unique, trace_id)
-        ordered = sorted(spans_of_run, key=lambda s: (s.start_ns, s.span_id))
-        run.steps = [_step(span, index) for index, span in enumerate(ordered, start=1)]
-    roots = sorted((s for s in unique.values() if s.parent_span_id is None), key=_start)
+        home = span_id if span_id == fallback else owner(span)
+        if home is not None:
+            members.setdefault(home, []).append(span)
+
+    mapped: dict[bytes, MappedRun] = {}
+    for key in sorted(set(runs) | set(members)):
+        span = unique.get(key)  # None for a provisional run
+        parent = owner(span) if key in runs and span is not None else None
+        mapped[key] = _run(trace_id, key, span, runs.get(key), parent, members.get(key, []))
     for key, run in mapped.items():
-        run.calls.sort(key=lambda call: (call.started_ns, call.span_id))
-        span = unique.get(key) if key is not None else (roots[0] if roots else None)
-        _finish(run, span, unique)
+        spans_of_run = members.get(key, [])
+        tools = sorted((s for s in spans_of_run if roles[s.span_id] == c.TOOL), key=_start)
+        run.steps = [_step(span, index) for index, span in enumerate(tools, start=1)]
+        calls = sorted((s for s in spans_of_run if roles[s.span_id] == c.MODEL), key=_start)
+        run.calls = [_call(span) for span in calls]
+        _link_calls(run)
+        run.loop_step_index = _loop_began(run.steps)
+        if not run.provisional:
+            _finish(run, unique[key], unique)
     return sorted(mapped.values(), key=lambda run: (run.started_ns, str(run.run_id)))
+
+
+def _run(
+    trace_id: bytes,
+    key: bytes,
+    span: Span | None,
+    name: str | None,
+    parent: bytes | None,
+    members: list[Span],
+) -> MappedRun:
+    """A run with its identity, name and what its span says (steps come after)."""
+    some = span or (members[0] if members else None)
+    service = str(some.resource.get("service.name") or "") if some else ""
+    if span is None:  # provisional: named once its agent span arrives
+        agent_name, started = service or "agent", min(s.start_ns for s in members)
+    else:
+        agent_name, started = name or span.name or service or "agent", span.start_ns
+    run = MappedRun(
+        run_id=run_id(trace_id, key),
+        span_id=key,
+        parent_run_id=run_id(trace_id, parent) if parent is not None else None,
+        agent_name=agent_name,
+        started_ns=started,
+        ended_ns=None,
+        termination_reason=None,
+        error=None,
+        provisional=span is None,
+    )
+    if span is not None:
+        run.input, run.output = c.run_input(span), c.run_output(span)
+        run.metadata = c.run_metadata(span)
+    elif some is not None:
+        run.metadata = c.resource_metadata(some)
+    return run
 
 
 def _run_spans(unique: dict[bytes, Span], roles: dict[bytes, str]) -> dict[bytes, str]:
@@ -179,32 +223,6 @@ def _run_spans(unique: dict[bytes, Span], roles: dict[bytes, str]) -> dict[bytes
     return runs
 
 
-def _trace_run(
-    mapped: dict[bytes | None, MappedRun], unique: dict[bytes, Span], trace_id: bytes
-) -> MappedRun:
-    """The one run of a trace without agent spans, named after its root (or service)."""
-    if None in mapped:
-        return mapped[None]
-    roots = [s for s in unique.values() if s.parent_span_id is None]
-    root = min(roots, key=lambda s: s.start_ns) if roots else None
-    start = min(s.start_ns for s in unique.values())
-    name = (root.name if root else None) or next(
-        (str(s.resource.get("service.name")) for s in unique.values() if s.resource), "agent"
-    )
-    run = MappedRun(
-        run_id=run_id(trace_id, None),
-        span_id=None,
-        parent_run_id=None,
-        agent_name=name,
-        started_ns=root.start_ns if root else start,
-        ended_ns=(root.end_ns or None) if root else None,
-        termination_reason=None,
-        error=None,
-    )
-    mapped[None] = run
-    return run
-
-
 def _millis(span: Span) -> float | None:
     if span.end_ns and span.start_ns and span.end_ns >= span.start_ns:
         return (span.end_ns - span.start_ns) / 1e6
@@ -212,15 +230,18 @@ def _millis(span: Span) -> float | None:
 
 
 def _step(span: Span, index: int) -> MappedStep:
+    name, arguments = c.tool_name(span), c.tool_input(span)
     return MappedStep(
         span_id=span.span_id,
         step_index=index,
-        tool_name=c.tool_name(span),
-        tool_input=c.tool_input(span),
+        tool_name=name,
+        tool_input=arguments,
         tool_output=c.tool_output(span),
         started_ns=span.start_ns,
         duration_ms=_millis(span),
         error=c.error(span),
+        # NULL only when the span truly carries no arguments (as a step without a tool).
+        fingerprint=fingerprint(name, arguments) if arguments is not None else None,
     )
 
 
@@ -243,13 +264,37 @@ def _call(span: Span) -> MappedCall:
     )
 
 
+def _link_calls(run: MappedRun) -> None:
+    """Each call's step: the first tool call that started after the model call began
+    and before the next model call did (the call that asked for it)."""
+    steps, position = run.steps, 0
+    for number, call in enumerate(run.calls):
+        until = run.calls[number + 1].started_ns if number + 1 < len(run.calls) else None
+        while position < len(steps) and steps[position].started_ns < call.started_ns:
+            position += 1
+        if position < len(steps) and (until is None or steps[position].started_ns < until):
+            call.step_index = steps[position].step_index
+
+
+def _loop_began(steps: list[MappedStep]) -> int | None:
+    """Where the first repeated fingerprint was first seen (what the SDKs report)."""
+    first: dict[bytes, int] = {}
+    for step in steps:
+        if step.fingerprint is None:
+            continue
+        if step.fingerprint in first:
+            return first[step.fingerprint]
+        first[step.fingerprint] = step.step_index
+    return None
+
+
 def _start(span: Span) -> tuple[int, bytes]:
     return (span.start_ns, span.span_id)
 
 
-def _finish(run: MappedRun, span: Span | None, unique: dict[bytes, Span]) -> None:
+def _finish(run: MappedRun, span: Span, unique: dict[bytes, Span]) -> None:
     """Set the run's end: only once its own span has ended."""
-    if span is None or not span.end_ns:
+    if not span.end_ns:
         return
     failures = [span]
     # A wrapper that stays OK while the agent inside it failed (OpenAI Agents SDK,

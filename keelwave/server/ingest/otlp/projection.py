@@ -1,0 +1,118 @@
+"""A trace's stored spans as the rows keelwave stores for its runs.
+
+mapping.py decides what the runs are; this turns each into the store's
+:class:`~keelwave.server.store.traces.RunRow`: names cleaned for PostgreSQL,
+timestamps, fingerprints, prices, the server's own loop flag (for OTLP runs
+nobody else reports one), and deterministic ids for model calls, so that the
+same spans always give the same rows.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+
+from keelwave.protocol import NAME_MAX_LENGTH, TOKEN_COUNT_MAX
+from keelwave.sdk import canonical_json
+from keelwave.server.ingest.otlp import mapping, stored
+from keelwave.server.ingest.pricing import PriceTable
+from keelwave.server.store.traces import Projection, RunRow
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def projection(project_id: uuid.UUID, prices: PriceTable) -> Projection:
+    """What the store calls with a trace's stored spans, for one project."""
+
+    def project(trace_id: bytes, blobs: list[bytes]) -> list[RunRow]:
+        spans = [stored.decode(blob) for blob in blobs]
+        return [_row(project_id, trace_id, run, prices) for run in mapping.map_trace(spans)]
+
+    return project
+
+
+def when(ns: int) -> datetime:
+    return EPOCH + timedelta(microseconds=ns // 1000)
+
+
+def name(value: str) -> str:
+    """An identifier PostgreSQL can store and the API accepts: no NUL, at most 256 chars."""
+    return (value.replace("\x00", "\ufffd") or "unnamed")[:NAME_MAX_LENGTH]
+
+
+def text(value: str | None) -> str | None:
+    return value.replace("\x00", "\ufffd") if value is not None else None
+
+
+def call_id(trace_id: bytes, span_id: bytes) -> uuid.UUID:
+    return uuid.uuid5(mapping.RUN_NAMESPACE, f"call:{trace_id.hex()}:{span_id.hex()}")
+
+
+def _tokens(value: int) -> int:
+    return min(value, TOKEN_COUNT_MAX)
+
+
+def _row(
+    project_id: uuid.UUID, trace_id: bytes, run: mapping.MappedRun, prices: PriceTable
+) -> RunRow:
+    steps = [
+        (
+            project_id,
+            run.run_id,
+            step.step_index,
+            "tool_call",
+            name(step.tool_name),
+            step.tool_input,
+            step.tool_output,
+            None,
+            step.fingerprint,
+            when(step.started_ns),
+            step.duration_ms,
+            text(step.error),
+        )  # fmt: skip
+        for step in run.steps
+    ]
+    calls = []
+    for call in run.calls:
+        input_tokens, output_tokens = _tokens(call.input_tokens), _tokens(call.output_tokens)
+        cache_read, reasoning = _tokens(call.cache_read_tokens), _tokens(call.reasoning_tokens)
+        model = name(call.model)
+        calls.append(
+            (
+                project_id,
+                call_id(trace_id, call.span_id),
+                run.run_id,
+                call.step_index,
+                name(call.provider),
+                model,
+                input_tokens,
+                output_tokens,
+                cache_read,
+                reasoning,
+                prices.cost(model, input_tokens, output_tokens, cache_read, reasoning),
+                call.latency_ms,
+                call.status,
+                text(call.error),
+                when(call.started_ns),
+            )  # fmt: skip
+        )
+    return RunRow(
+        id=run.run_id,
+        agent_name=name(run.agent_name),
+        parent_run_id=run.parent_run_id,
+        started_at=when(run.started_ns),
+        ended_at=when(run.ended_ns) if run.ended_ns else None,
+        termination_reason=run.termination_reason,
+        loop_detected=run.loop_step_index is not None,
+        loop_step_index=run.loop_step_index,
+        input=run.input.decode() if run.input is not None else None,
+        output=run.output.decode() if run.output is not None else None,
+        metadata=canonical_json(run.metadata) if run.metadata else None,
+        error=text(run.error),
+        llm_calls=len(calls),
+        input_tokens=sum(call[6] for call in calls),
+        output_tokens=sum(call[7] for call in calls),
+        cost_usd=sum(call[10] or 0.0 for call in calls),
+        steps=steps,
+        calls=calls,
+    )

@@ -1,0 +1,415 @@
+"""OTLP traces: the spans kept as they came, and the runs projected from them.
+
+One export is one transaction (:func:`store_export`):
+
+1. Lock the export's traces (advisory locks in their own namespace, in key
+   order), so two exports of one trace run one after the other.
+2. Insert the spans; a span already stored (a retried export) is skipped by
+   the primary key. If nothing is new, commit: the projection stands.
+3. For every trace that got a new span, read all of its spans and let the
+   caller project them into runs (``project``: ingest/otlp, a pure function
+   of the span set), then compare each run with the digests of what was
+   written last time (otlp_runs). Unchanged runs are left alone.
+4. For runs that changed or vanished, take their run locks (statements.py's
+   rule 1, after the trace locks: no other writer takes trace locks, so no
+   cycle), take what they added to the rollups out, rewrite what changed
+   (steps from the first one that differs; model calls likewise; the run's
+   row), and put what they add now back in. A run's share of every rollup
+   is read from its stored rows both times, so the rollups stay exact
+   whatever changed: a new step, a renumbering when an earlier tool span
+   arrives late, a finish, a rename once the agent span arrives.
+
+Acknowledged means committed, as for native ingest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg_pool import AsyncConnectionPool
+
+from keelwave.server.store import statements, tool_rollups
+from keelwave.server.store.histogram import bin_sql
+
+TRACE_LOCKS = 0x6B79  # pg_advisory_xact_lock(int, int) namespace of OTLP traces
+DIGEST_BYTES = 16
+
+
+def digest(*values: Any) -> bytes:
+    """A short digest of a row's values, to tell whether it changed."""
+    return hashlib.blake2b(repr(values).encode(), digest_size=DIGEST_BYTES).digest()
+
+
+@dataclass(slots=True)
+class RunRow:
+    """What the store writes for one run projected from a trace."""
+
+    id: uuid.UUID
+    agent_name: str
+    parent_run_id: uuid.UUID | None
+    started_at: datetime
+    ended_at: datetime | None
+    termination_reason: str | None
+    loop_detected: bool
+    loop_step_index: int | None
+    input: str | None  # JSON text
+    output: str | None
+    metadata: str | None
+    error: str | None
+    llm_calls: int
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float
+    steps: list[tuple] = field(default_factory=list)  # statements.STEP_COLUMNS rows
+    calls: list[tuple] = field(default_factory=list)  # statements.TRACE_COLUMNS rows
+
+    def row_digest(self) -> bytes:
+        return digest(
+            self.agent_name, self.parent_run_id, self.started_at, self.ended_at,
+            self.termination_reason, self.loop_detected, self.loop_step_index, self.input,
+            self.output, self.metadata, self.error, self.llm_calls, self.input_tokens,
+            self.output_tokens, self.cost_usd, len(self.steps),
+        )  # fmt: skip
+
+
+# The caller's projection: a trace id and every stored span of it (as stored) -> its runs.
+Projection = Callable[[bytes, list[bytes]], list[RunRow]]
+
+
+@dataclass(slots=True)
+class _Stored:
+    """What otlp_runs says was written for a run last time."""
+
+    digest: bytes
+    steps: list[bytes]
+    calls: list[tuple[uuid.UUID, bytes]]
+
+
+@dataclass(slots=True)
+class _Plan:
+    """What one export changes: per run, how many of its stored steps and calls stay."""
+
+    retract: list[uuid.UUID] = field(default_factory=list)  # runs whose rollup share changes
+    vanished: list[uuid.UUID] = field(default_factory=list)
+    keep_steps: dict[uuid.UUID, int] = field(default_factory=dict)
+    stale_calls: list[tuple[uuid.UUID, uuid.UUID]] = field(default_factory=list)
+    rows: list[tuple[bytes, RunRow]] = field(default_factory=list)  # (trace, run) to write
+    steps: list[tuple] = field(default_factory=list)
+    calls: list[tuple] = field(default_factory=list)
+
+
+def trace_lock_key(project_id: uuid.UUID, trace_id: bytes) -> int:
+    value = int.from_bytes(hashlib.blake2b(project_id.bytes + trace_id, digest_size=4).digest())
+    return value - 0x80000000
+
+
+async def store_export(
+    pool: AsyncConnectionPool,
+    project_id: uuid.UUID,
+    spans: Sequence[tuple[bytes, bytes, bytes]],
+    project: Projection,
+) -> int:
+    """Store an export's spans, (trace id, span id, span as stored), and re-project the
+    traces that got new ones, in one transaction; return how many spans were new."""
+    traces = sorted({trace for trace, _, _ in spans})
+    async with pool.connection() as conn, statements.transaction(conn), conn.cursor() as cur:
+        keys = sorted({trace_lock_key(project_id, trace) for trace in traces})
+        await cur.execute(
+            "SELECT pg_advisory_xact_lock(%s, key) FROM unnest(%s::int[]) AS key",
+            (TRACE_LOCKS, keys),
+        )
+        await cur.execute(INSERT_SPANS, _span_columns(project_id, spans))
+        grown = sorted({trace for (trace,) in await cur.fetchall()})
+        if not grown:
+            return 0
+        new_spans = cur.rowcount
+        stored = await _stored_spans(cur, project_id, grown)
+        previous = await _stored_runs(cur, project_id, grown)
+        plan = _Plan()
+        for trace in grown:
+            _compare(plan, trace, project(trace, stored.get(trace, [])), previous.get(trace, {}))
+        if plan.retract:
+            await _apply(cur, project_id, plan)
+        return new_spans
+
+
+async def _stored_spans(
+    cur: psycopg.AsyncCursor, project_id: uuid.UUID, traces: list[bytes]
+) -> dict[bytes, list[bytes]]:
+    await cur.execute(
+        "SELECT trace_id, span FROM otlp_spans WHERE project_id = %s AND trace_id = ANY(%s)",
+        (project_id, traces),
+    )
+    found: dict[bytes, list[bytes]] = {}
+    for trace, span in await cur.fetchall():
+        found.setdefault(bytes(trace), []).append(bytes(span))
+    return found
+
+
+async def _stored_runs(
+    cur: psycopg.AsyncCursor, project_id: uuid.UUID, traces: list[bytes]
+) -> dict[bytes, dict[uuid.UUID, _Stored]]:
+    await cur.execute(
+        "SELECT trace_id, run_id, digest, step_digests, calls FROM otlp_runs "
+        "WHERE project_id = %s AND trace_id = ANY(%s)",
+        (project_id, traces),
+    )
+    found: dict[bytes, dict[uuid.UUID, _Stored]] = {}
+    for trace, run, run_digest, steps, calls in await cur.fetchall():
+        steps, calls = bytes(steps), bytes(calls)
+        found.setdefault(bytes(trace), {})[run] = _Stored(
+            bytes(run_digest),
+            [steps[i : i + DIGEST_BYTES] for i in range(0, len(steps), DIGEST_BYTES)],
+            [
+                (uuid.UUID(bytes=calls[i : i + 16]), calls[i + 16 : i + 32])
+                for i in range(0, len(calls), 32)
+            ],
+        )
+    return found
+
+
+def _compare(
+    plan: _Plan, trace: bytes, runs: list[RunRow], previous: dict[uuid.UUID, _Stored]
+) -> None:
+    """Add to ``plan`` what differs between a trace's projected runs and what was written."""
+    for run in runs:
+        before = previous.get(run.id)
+        step_digests = [digest(*step) for step in run.steps]
+        call_digests = [digest(*call) for call in run.calls]
+        if before is not None and (
+            before.digest == run.row_digest()
+            and before.steps == step_digests
+            and [d for _, d in before.calls] == call_digests
+        ):
+            continue
+        plan.retract.append(run.id)
+        plan.rows.append((trace, run))
+        kept_steps = _common_prefix(before.steps if before else [], step_digests)
+        plan.keep_steps[run.id] = kept_steps
+        plan.steps += run.steps[kept_steps:]
+        kept_calls = _common_prefix([d for _, d in before.calls] if before else [], call_digests)
+        if before is not None:
+            plan.stale_calls += [(run.id, call) for call, _ in before.calls[kept_calls:]]
+        plan.calls += run.calls[kept_calls:]
+    projected = {run.id for run in runs}
+    for run_id, before in previous.items():
+        if run_id not in projected:  # a provisional run whose spans found their real run
+            plan.retract.append(run_id)
+            plan.vanished.append(run_id)
+            plan.keep_steps[run_id] = 0
+            plan.stale_calls += [(run_id, call) for call, _ in before.calls]
+
+
+def _common_prefix(before: list[bytes], after: list[bytes]) -> int:
+    count = 0
+    for old, new in zip(before, after, strict=False):
+        if old != new:
+            break
+        count += 1
+    return count
+
+
+async def _apply(cur: psycopg.AsyncCursor, project_id: uuid.UUID, plan: _Plan) -> None:
+    """Rewrite the runs of ``plan``, keeping counters and rollups exact (rules 1-3)."""
+    await statements.lock_runs(cur, {run_id.int for run_id in plan.retract})
+    ids = {"project_id": project_id, "ids": plan.retract}
+    await cur.execute(STAGE_SHARES, {**ids, "sign": -1})
+    kept = list(plan.keep_steps.items())
+    await cur.execute(
+        DELETE_STEPS,
+        {"project_id": project_id, "runs": [r for r, _ in kept], "keep": [k for _, k in kept]},
+    )
+    if plan.stale_calls:
+        await cur.execute(
+            DELETE_CALLS,
+            {
+                "project_id": project_id,
+                "runs": [run for run, _ in plan.stale_calls],
+                "ids": [call for _, call in plan.stale_calls],
+            },
+        )
+    if plan.vanished:
+        await cur.execute(DELETE_RUNS, {"project_id": project_id, "ids": plan.vanished})
+    await _copy(cur, "agent_steps", statements.STEP_COLUMNS, plan.steps)
+    await _copy(cur, "ai_traces", statements.TRACE_COLUMNS, plan.calls)
+    if plan.rows:
+        await cur.execute(UPSERT_RUNS, _run_columns(project_id, [run for _, run in plan.rows]))
+    await cur.execute(STAGE_SHARES, {**ids, "sign": 1})
+    if plan.rows:
+        await cur.execute(SAVE_DIGESTS, _digest_columns(project_id, plan.rows))
+    await cur.execute(statements.MERGE_ROLLUPS)
+
+
+async def _copy(
+    cur: psycopg.AsyncCursor, table: str, columns: tuple[tuple[str, str], ...], rows: list[tuple]
+) -> None:
+    if not rows:
+        return
+    sql = statements.copy_sql(table, columns, seq=False)
+    async with cur.copy(sql) as copy:
+        copy.set_types(statements.copy_types(columns, seq=False))
+        for row in rows:
+            await copy.write_row(row)
+
+
+def _span_columns(project_id: uuid.UUID, spans: Sequence[tuple[bytes, bytes, bytes]]) -> tuple:
+    return (
+        project_id,
+        [trace for trace, _, _ in spans],
+        [span_id for _, span_id, _ in spans],
+        [span for _, _, span in spans],
+    )
+
+
+def _run_columns(project_id: uuid.UUID, runs: list[RunRow]) -> dict[str, Any]:
+    return {
+        "project_id": project_id,
+        "ids": [r.id for r in runs],
+        "names": [r.agent_name for r in runs],
+        "parents": [r.parent_run_id for r in runs],
+        "started": [r.started_at for r in runs],
+        "ended": [r.ended_at for r in runs],
+        "reasons": [r.termination_reason for r in runs],
+        "loops": [r.loop_detected for r in runs],
+        "loop_steps": [r.loop_step_index for r in runs],
+        "inputs": [r.input for r in runs],
+        "outputs": [r.output for r in runs],
+        "metadata": [r.metadata for r in runs],
+        "errors": [r.error for r in runs],
+        "steps": [len(r.steps) for r in runs],
+        "calls": [r.llm_calls for r in runs],
+        "input_tokens": [r.input_tokens for r in runs],
+        "output_tokens": [r.output_tokens for r in runs],
+        "costs": [float(r.cost_usd) for r in runs],
+    }
+
+
+def _digest_columns(project_id: uuid.UUID, rows: list[tuple[bytes, RunRow]]) -> dict[str, Any]:
+    return {
+        "project_id": project_id,
+        "traces": [trace for trace, _ in rows],
+        "runs": [run.id for _, run in rows],
+        "digests": [run.row_digest() for _, run in rows],
+        "steps": [b"".join(digest(*step) for step in run.steps) for _, run in rows],
+        "calls": [b"".join(call[1].bytes + digest(*call) for call in run.calls) for _, run in rows],
+    }
+
+
+INSERT_SPANS = """
+INSERT INTO otlp_spans (project_id, trace_id, span_id, span)
+SELECT %s, * FROM unnest(%s::bytea[], %s::bytea[], %s::bytea[])
+ON CONFLICT DO NOTHING
+RETURNING trace_id
+"""
+
+# A run's share of the rollups, read from its stored rows, staged ``sign`` times:
+# -1 before a run is rewritten, +1 after. What it adds is what native ingest adds
+# for the same rows: a run and its counters when it starts; its finish (reason,
+# loop, duration, histogram bin) and its tool calls once it has ended.
+_RUNS_OF = "(SELECT * FROM agent_runs WHERE project_id = %(project_id)s AND id = ANY(%(ids)s))"
+_TERMS = ",\n           ".join(
+    f"%(sign)s * (r.termination_reason IS NOT DISTINCT FROM '{reason}')::int"
+    for reason in statements.TERMINATION_COUNTERS
+)
+_STEPS_OF_ENDED_RUNS = tool_rollups.steps_of_runs(
+    "(SELECT * FROM runs WHERE ended_at IS NOT NULL)", "%(sign)s"
+)
+STAGE_SHARES = f"""
+WITH runs AS {_RUNS_OF}, staged AS (
+    INSERT INTO kw_stage_rollups (project_id, agent_name, bucket, runs, finished_runs,
+        loop_runs, error_runs, steps, llm_calls, input_tokens, output_tokens, cost_usd,
+        duration_ms_sum, {", ".join(f"term_{r}" for r in statements.TERMINATION_COUNTERS)})
+    SELECT r.project_id, r.agent_name, date_trunc('hour', r.started_at, 'UTC'), %(sign)s,
+           %(sign)s * (r.termination_reason IS NOT NULL)::int,
+           %(sign)s * (r.loop_detected AND r.termination_reason IS NOT NULL)::int,
+           %(sign)s * (r.termination_reason IS NOT DISTINCT FROM 'error')::int,
+           %(sign)s * r.step_count, %(sign)s * r.llm_calls, %(sign)s * r.input_tokens,
+           %(sign)s * r.output_tokens, %(sign)s * r.cost_usd,
+           %(sign)s * CASE WHEN r.termination_reason IS NOT NULL
+                           THEN coalesce(r.duration_ms, 0) ELSE 0 END,
+           {_TERMS}
+    FROM runs r
+), durations AS (
+    INSERT INTO kw_stage_durations (project_id, bucket, agent_name, duration_bin, runs)
+    SELECT project_id, date_trunc('hour', started_at, 'UTC'), agent_name,
+           {bin_sql("duration_ms")}, %(sign)s
+    FROM runs WHERE termination_reason IS NOT NULL AND duration_ms IS NOT NULL
+)
+INSERT INTO kw_stage_tools (project_id, bucket, tool_name, duration_bin,
+                            {", ".join(tool_rollups.COUNTERS)})
+{tool_rollups.stats_of_steps(f"({_STEPS_OF_ENDED_RUNS})")}
+"""
+
+DELETE_STEPS = """
+DELETE FROM agent_steps s
+USING unnest(%(runs)s::uuid[], %(keep)s::int[]) AS k (run_id, keep)
+WHERE s.project_id = %(project_id)s AND s.run_id = k.run_id AND s.step_index > k.keep
+"""
+DELETE_CALLS = """
+DELETE FROM ai_traces a
+USING unnest(%(runs)s::uuid[], %(ids)s::uuid[]) AS k (run_id, id)
+WHERE a.project_id = %(project_id)s AND a.run_id = k.run_id AND a.id = k.id
+"""
+DELETE_RUNS = """
+WITH gone AS (
+    DELETE FROM agent_runs WHERE project_id = %(project_id)s AND id = ANY(%(ids)s)
+)
+DELETE FROM otlp_runs WHERE project_id = %(project_id)s AND run_id = ANY(%(ids)s)
+"""
+
+# Update the runs stored already, insert the others (their run locks are held, so no
+# one else inserts them meanwhile). A run the reaper timed out while its agent span
+# had not arrived stays timed out until that span says how it ended.
+_KEEP_TIMEOUT = "i.reason IS NULL AND r.termination_reason = 'timeout'"
+UPSERT_RUNS = f"""
+WITH input AS (
+    SELECT * FROM unnest(
+        %(ids)s::uuid[], %(names)s::text[], %(parents)s::uuid[], %(started)s::timestamptz[],
+        %(ended)s::timestamptz[], %(reasons)s::text[], %(loops)s::boolean[],
+        %(loop_steps)s::int[], %(inputs)s::text[], %(outputs)s::text[], %(metadata)s::text[],
+        %(errors)s::text[], %(steps)s::int[], %(calls)s::int[], %(input_tokens)s::int8[],
+        %(output_tokens)s::int8[], %(costs)s::float8[]
+    ) AS i (id, agent_name, parent_run_id, started_at, ended_at, reason, loop_detected,
+            loop_step_index, input, output, metadata, error, steps, calls, input_tokens,
+            output_tokens, cost_usd)
+), updated AS (
+    UPDATE agent_runs r SET
+        agent_name = i.agent_name, parent_run_id = i.parent_run_id, started_at = i.started_at,
+        ended_at = CASE WHEN {_KEEP_TIMEOUT} THEN r.ended_at ELSE i.ended_at END,
+        termination_reason = CASE WHEN {_KEEP_TIMEOUT} THEN r.termination_reason
+                                  ELSE i.reason END,
+        duration_ms = CASE WHEN {_KEEP_TIMEOUT} THEN r.duration_ms
+                           ELSE greatest(0, extract(epoch FROM i.ended_at - i.started_at) * 1000)
+                      END,
+        loop_detected = i.loop_detected, loop_step_index = i.loop_step_index,
+        input = i.input::json, output = i.output::json, metadata = i.metadata::json,
+        error = i.error, step_count = i.steps, llm_calls = i.calls,
+        input_tokens = i.input_tokens, output_tokens = i.output_tokens, cost_usd = i.cost_usd,
+        last_activity_at = now()
+    FROM input i WHERE r.project_id = %(project_id)s AND r.id = i.id
+    RETURNING r.id
+)
+INSERT INTO agent_runs (project_id, id, agent_name, parent_run_id, started_at, ended_at,
+                        termination_reason, duration_ms, loop_detected, loop_step_index, input,
+                        output, metadata, error, step_count, llm_calls, input_tokens,
+                        output_tokens, cost_usd, last_activity_at)
+SELECT %(project_id)s, i.id, i.agent_name, i.parent_run_id, i.started_at, i.ended_at, i.reason,
+       greatest(0, extract(epoch FROM i.ended_at - i.started_at) * 1000), i.loop_detected,
+       i.loop_step_index, i.input::json, i.output::json, i.metadata::json, i.error, i.steps,
+       i.calls, i.input_tokens, i.output_tokens, i.cost_usd, now()
+FROM input i WHERE i.id NOT IN (SELECT id FROM updated)
+"""
+
+SAVE_DIGESTS = """
+INSERT INTO otlp_runs AS o (project_id, trace_id, run_id, digest, step_digests, calls)
+SELECT %(project_id)s, * FROM unnest(%(traces)s::bytea[], %(runs)s::uuid[],
+                                     %(digests)s::bytea[], %(steps)s::bytea[], %(calls)s::bytea[])
+ON CONFLICT (project_id, trace_id, run_id) DO UPDATE SET
+    digest = excluded.digest, step_digests = excluded.step_digests, calls = excluded.calls
+"""

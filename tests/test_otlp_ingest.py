@@ -1,0 +1,290 @@
+"""POST /v1/traces against a real server and database: the captured traces of real
+frameworks become runs, steps and model calls; exports split, reordered and retried
+store exactly what one export does; the answers follow the OTLP specification."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import uuid
+import zlib
+
+import aiohttp
+import pytest
+from conftest import Api, make_project, make_settings, query
+from google.rpc import status_pb2
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+from otlp_exports import ALL, document, export_of, spans_of, split, to_protobuf
+
+from keelwave.server.app import create_app
+from keelwave.server.ingest.otlp import decode, mapping
+
+PROTOBUF = "application/x-protobuf"
+LIMIT = 1 << 20  # the body limit of these tests' server
+
+
+@pytest.fixture
+async def api(db_url: str, aiohttp_server):
+    """A real keelwave server with a 1 MiB body limit (the captured traces are large)."""
+    server = await aiohttp_server(create_app(make_settings(max_body_bytes=LIMIT), db_url))
+    async with aiohttp.ClientSession() as session:
+        yield Api(str(server.make_url("")).rstrip("/"), session)
+
+
+def headers(key: str, media: str = "application/json", **more: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}", "Content-Type": media, **more}
+
+
+async def send(api, key: str, doc: dict, as_protobuf: bool = False) -> tuple[int, bytes]:
+    body = to_protobuf(doc) if as_protobuf else json.dumps(doc).encode()
+    media = PROTOBUF if as_protobuf else "application/json"
+    async with api.session.post(
+        api.url + "/v1/traces", data=body, headers=headers(key, media)
+    ) as response:
+        return response.status, await response.read()
+
+
+def stored(db_url: str, project_id: str) -> dict[str, list[tuple]]:
+    """Everything stored for a project's runs, without what says when it arrived."""
+    project = uuid.UUID(project_id)
+    return {
+        "runs": query(
+            db_url,
+            "SELECT id, agent_name, parent_run_id, started_at, ended_at, termination_reason, "
+            "duration_ms, loop_detected, loop_step_index, input::text, output::text, "
+            "metadata::text, error, step_count, llm_calls, input_tokens, output_tokens, "
+            "cost_usd FROM agent_runs WHERE project_id = %s ORDER BY id",
+            (project,),
+        ),
+        "steps": query(
+            db_url,
+            "SELECT run_id, step_index, step_type, tool_name, tool_input::text, "
+            "tool_output::text, input_fingerprint, started_at, duration_ms, error "
+            "FROM agent_steps WHERE project_id = %s ORDER BY run_id, step_index",
+            (project,),
+        ),
+        "calls": query(
+            db_url,
+            "SELECT id, run_id, step_index, provider, model, input_tokens, output_tokens, "
+            "cache_read_tokens, reasoning_tokens, cost_usd, latency_ms, status, error, "
+            "started_at FROM ai_traces WHERE project_id = %s ORDER BY id",
+            (project,),
+        ),
+        "run_rollups": query(
+            db_url,
+            "SELECT agent_name, bucket, runs, finished_runs, loop_runs, error_runs, steps, "
+            "llm_calls, input_tokens, output_tokens, cost_usd, duration_ms_sum, term_clean, "
+            "term_error, term_max_steps_reached, term_context_limit, term_timeout "
+            "FROM agent_run_rollups WHERE project_id = %s AND runs <> 0 ORDER BY 1, 2",
+            (project,),
+        ),
+        "tool_rollups": query(
+            db_url,
+            "SELECT bucket, tool_name, duration_bin, calls, runs, repeated_calls, error_calls "
+            "FROM agent_tool_rollups WHERE project_id = %s AND calls <> 0 ORDER BY 1, 2, 3",
+            (project,),
+        ),
+    }
+
+
+def rollups_recomputed(db_url: str, project_id: str) -> list[tuple]:
+    """The run rollups as they follow from the stored runs (what they must equal)."""
+    return query(
+        db_url,
+        "SELECT agent_name, date_trunc('hour', started_at, 'UTC'), count(*)::int, "
+        "count(termination_reason)::int, "
+        "count(*) FILTER (WHERE loop_detected AND termination_reason IS NOT NULL)::int, "
+        "count(*) FILTER (WHERE termination_reason = 'error')::int, sum(step_count)::int, "
+        "sum(llm_calls)::int, sum(input_tokens)::bigint, sum(output_tokens)::bigint, "
+        "sum(cost_usd), "
+        "coalesce(sum(duration_ms) FILTER (WHERE termination_reason IS NOT NULL), 0), "
+        "count(*) FILTER (WHERE termination_reason = 'clean')::int, "
+        "count(*) FILTER (WHERE termination_reason = 'error')::int, "
+        "count(*) FILTER (WHERE termination_reason = 'max_steps_reached')::int, "
+        "count(*) FILTER (WHERE termination_reason = 'context_limit')::int, "
+        "count(*) FILTER (WHERE termination_reason = 'timeout')::int "
+        "FROM agent_runs WHERE project_id = %s GROUP BY 1, 2 ORDER BY 1, 2",
+        (uuid.UUID(project_id),),
+    )
+
+
+async def runs_of(api, project) -> dict:
+    status, runs, _ = await api.get(
+        f"/v1/projects/{project.name}/agent/runs", headers=project.auth()
+    )
+    assert status == 200
+    return runs
+
+
+def mapped(name: str) -> list[mapping.MappedRun]:
+    spans = decode.from_json(json.dumps(document(name)).encode())
+    runs = []
+    for trace in sorted({span.trace_id for span in spans}):
+        runs += mapping.map_trace([span for span in spans if span.trace_id == trace])
+    return runs
+
+
+@pytest.mark.parametrize("name", ALL)
+async def test_each_frameworks_trace_is_stored_as_it_maps(api, db_url: str, name: str) -> None:
+    """Every captured trace, in one export (protobuf for every other one): the runs,
+    steps and model calls the mapping gives, and /loops finds what it finds."""
+    project = make_project(db_url)
+    as_protobuf = ALL.index(name) % 2 == 1
+    status, body = await send(api, project.keys["ingest"], document(name), as_protobuf)
+    assert status == 200, body
+    expected = mapped(name)
+    data = stored(db_url, project.id)
+    by_id = {row[0]: row for row in data["runs"]}
+    assert set(by_id) == {run.run_id for run in expected}
+    for run in expected:
+        row = by_id[run.run_id]
+        assert row[1] == run.agent_name and row[2] == run.parent_run_id
+        assert row[5] == run.termination_reason
+        assert row[13] == len(run.steps) and row[14] == len(run.calls)
+        assert row[15] == sum(call.input_tokens for call in run.calls)
+        assert row[8] == run.loop_step_index and row[7] == (run.loop_step_index is not None)
+        steps = [s for s in data["steps"] if s[0] == run.run_id]
+        assert [(s[1], s[3], s[6]) for s in steps] == [
+            (step.step_index, step.tool_name, step.fingerprint) for step in run.steps
+        ]
+    assert data["run_rollups"] == rollups_recomputed(db_url, project.id)
+    for run in expected:
+        status, loops, _ = await api.get(
+            f"/v1/projects/{project.name}/agent/runs/{run.run_id}/loops", headers=project.auth()
+        )
+        assert status == 200
+        groups = {}
+        for step in run.steps:
+            if step.fingerprint is not None:
+                groups.setdefault(step.fingerprint, []).append(step.step_index)
+        assert sorted(group["step_indices"] for group in loops["data"]) == sorted(
+            indices for indices in groups.values() if len(indices) > 1
+        )
+
+
+SPLIT = ["pydanticai_loop", "pydanticai_nested", "openaiagents_handoff", "openaiagents_loop",
+         "langgraph_nested", "langgraph_openllmetry_parallel", "smolagents_nested",
+         "strands_latest_nested", "openaiagents_agent_as_tool", "langgraph_arg_shapes"]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", SPLIT)
+async def test_split_reordered_and_retried_exports_store_what_one_export_does(
+    api, db_url: str, name: str
+) -> None:
+    whole, pieces = make_project(db_url), make_project(db_url)
+    assert (await send(api, whole.keys["ingest"], document(name)))[0] == 200
+    for number, export in enumerate(split(document(name), seed=len(name))):
+        status, body = await send(api, pieces.keys["ingest"], export, number % 2 == 0)
+        assert status == 200, body
+    expected, got = stored(db_url, whole.id), stored(db_url, pieces.id)
+    for table in ("runs", "steps", "calls"):
+        key = 0 if table != "steps" else slice(0, 2)
+        assert sorted(got[table], key=lambda r: str(r[key])) == sorted(
+            expected[table], key=lambda r: str(r[key])
+        ), table
+    assert got["run_rollups"] == expected["run_rollups"]
+    assert got["tool_rollups"] == expected["tool_rollups"]
+    assert got["run_rollups"] == rollups_recomputed(db_url, pieces.id)
+
+
+async def test_a_retried_export_is_accepted_and_stores_nothing_twice(api, project, db_url) -> None:
+    doc = document("openaiagents_loop")
+    for _ in range(3):
+        status, body = await send(api, project.keys["ingest"], doc, as_protobuf=True)
+        assert status == 200
+        answer = ExportTraceServiceResponse.FromString(body)
+        assert not answer.HasField("partial_success")  # a retry is not a rejection
+    data = stored(db_url, project.id)
+    assert len(data["runs"]) == 1 and len(data["steps"]) == 3
+    [(spans,)] = query(
+        db_url, "SELECT count(*) FROM otlp_spans WHERE project_id = %s", (uuid.UUID(project.id),)
+    )
+    assert spans == len(spans_of(doc))
+    assert data["run_rollups"][0][2] == 1  # one run in the rollups, not three
+
+
+async def test_tool_calls_arriving_before_their_agent_make_a_running_run_it_then_finishes(
+    api, project, db_url
+) -> None:
+    """What an exporter sends first is the tool spans: the run is there at once (so
+    it can be watched, and stall), and its agent span finishes it in place."""
+    doc = document("pydanticai_loop")
+    spans = sorted(spans_of(doc), key=lambda item: int(item[2]["endTimeUnixNano"]))
+    agent = [item for item in spans if not item[2].get("parentSpanId")]
+    early = [item for item in spans if item not in agent]
+    assert (await send(api, project.keys["ingest"], export_of(doc, early)))[0] == 200
+    runs = await runs_of(api, project)
+    [running] = runs["data"]
+    assert running["status"] == "running" and running["step_count"] == 3
+    assert running["loop_detected"] and running["loop_step_index"] == 1
+    assert (await send(api, project.keys["ingest"], export_of(doc, agent)))[0] == 200
+    runs = await runs_of(api, project)
+    [finished] = runs["data"]
+    assert finished["id"] == running["id"] and finished["status"] == "finished"
+    assert finished["agent_name"] == "weather_agent" and finished["termination_reason"] == "clean"
+    assert stored(db_url, project.id)["run_rollups"] == rollups_recomputed(db_url, project.id)
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "deflate"])
+async def test_compressed_exports(api, project, encoding: str) -> None:
+    raw = to_protobuf(document("strands_loop"))
+    body = gzip.compress(raw) if encoding == "gzip" else zlib.compress(raw)
+    async with api.session.post(
+        api.url + "/v1/traces",
+        data=body,
+        headers=headers(project.keys["ingest"], PROTOBUF, **{"Content-Encoding": encoding}),
+    ) as response:
+        assert response.status == 200
+        assert response.content_type == PROTOBUF
+    runs = await runs_of(api, project)
+    assert [run["agent_name"] for run in runs["data"]] == ["weather_agent"]
+
+
+async def failure(api, body: bytes, head: dict[str, str]) -> tuple[int, dict, dict]:
+    """POST and decode the google.rpc.Status an OTLP failure carries."""
+    async with api.session.post(api.url + "/v1/traces", data=body, headers=head) as response:
+        raw = await response.read()
+        if response.content_type == PROTOBUF:
+            message = status_pb2.Status.FromString(raw)
+            detail = {"code": message.code, "message": message.message}
+        else:
+            detail = json.loads(raw)
+        return response.status, detail, dict(response.headers)
+
+
+async def test_failures_answer_as_otlp_says(api, project) -> None:
+    key = project.keys["ingest"]
+    # 64 MiB of zeros gzip to about 64 KiB: the limit counts what they unpack to.
+    bomb = gzip.compress(b"\x00" * (64 * LIMIT))
+    status, detail, _ = await failure(
+        api, bomb, headers(key, PROTOBUF, **{"Content-Encoding": "gzip"})
+    )
+    assert status == 413 and "too large" in detail["message"]
+    status, detail, _ = await failure(api, b"\xff\xff\xff", headers(key, PROTOBUF))
+    assert status == 400 and detail["code"] == 3 and "protobuf" in detail["message"]
+    status, detail, _ = await failure(api, b'{"resourceSpans": 7}', headers(key))
+    assert status == 400 and "resourceSpans" in detail["message"]
+    status, detail, _ = await failure(api, b"{}", headers(key, "text/plain"))
+    assert status == 415 and "application/x-protobuf" in detail["message"]
+    status, detail, _ = await failure(api, b"{}", {"Content-Type": "application/json"})
+    assert status == 401 and detail["code"] == 16
+    status, detail, _ = await failure(api, b"{}", headers(project.keys["read"]))
+    assert status == 403 and detail["code"] == 7
+
+
+async def test_spans_that_cannot_be_stored_are_reported_and_the_rest_kept(api, project) -> None:
+    doc = document("pydanticai_loop")
+    bad = json.loads(json.dumps(doc))
+    bad["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["traceId"] = "0" * 32
+    status, body = await send(api, project.keys["ingest"], bad)
+    assert status == 200
+    answer = json.loads(body)
+    assert answer["partialSuccess"]["rejectedSpans"] == "1"
+    assert "traceId" in answer["partialSuccess"]["errorMessage"]
+    runs = await runs_of(api, project)
+    assert len(runs["data"]) == 1
+
+
+async def test_an_empty_export_is_fine(api, project) -> None:
+    status, body = await send(api, project.keys["ingest"], {"resourceSpans": []})
+    assert (status, json.loads(body)) == (200, {})

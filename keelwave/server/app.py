@@ -21,6 +21,7 @@ from keelwave.server.http.errors import error_middleware
 from keelwave.server.http.metrics import Metrics
 from keelwave.server.ingest import routes as ingest
 from keelwave.server.ingest.otlp import routes as otlp
+from keelwave.server.ingest.otlp.export import TraceIngest
 from keelwave.server.ingest.pricing import PriceTable
 from keelwave.server.query import aggregates, loops, runs, tools
 from keelwave.server.store import pooling, refusals, timescale
@@ -87,7 +88,6 @@ def create_app(
     app[appkeys.REFUSALS] = reporter
     app[appkeys.GENERIC_RUN_PLANS] = False  # until the database says it is TimescaleDB
     app[appkeys.SETTINGS] = settings
-    app[otlp.WAITING] = [0]
     app[appkeys.CONNINFO] = conninfo
     app.cleanup_ctx.append(_database)
     if settings.metrics_port:
@@ -151,6 +151,9 @@ async def _database(app: web.Application) -> AsyncIterator[None]:
     app[appkeys.POOL] = pool
     app[appkeys.WRITER] = writer
     app[appkeys.KEYSTORE] = keystore
+    app[otlp.INGEST_KEY] = TraceIngest(
+        pool, app[ingest.PRICES], app[appkeys.REFUSALS], settings.retry_after_seconds
+    )
     try:
         yield
     finally:

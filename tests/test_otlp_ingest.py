@@ -4,6 +4,7 @@ store exactly what one export does; the answers follow the OTLP specification.""
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import json
 import uuid
@@ -288,3 +289,32 @@ async def test_spans_that_cannot_be_stored_are_reported_and_the_rest_kept(api, p
 async def test_an_empty_export_is_fine(api, project) -> None:
     status, body = await send(api, project.keys["ingest"], {"resourceSpans": []})
     assert (status, json.loads(body)) == (200, {})
+
+
+async def test_a_run_timed_out_before_its_agent_span_came_is_finished_by_it(
+    db_url: str, aiohttp_server
+) -> None:
+    """The agent span is late (an exporter stuck, a long pause): the run its tool calls
+    made stalls and times out like any other; when the span comes, it says how the
+    run really ended, and the rollups move with it."""
+    settings = make_settings(max_body_bytes=LIMIT, stall_after_seconds=1, timeout_after_seconds=1)
+    server = await aiohttp_server(create_app(settings, db_url))
+    project = make_project(db_url)
+    doc = document("openaiagents_loop")
+    spans = sorted(spans_of(doc), key=lambda item: int(item[2]["endTimeUnixNano"]))
+    async with aiohttp.ClientSession() as session:
+        api = Api(str(server.make_url("")).rstrip("/"), session)
+        assert (await send(api, project.keys["ingest"], export_of(doc, spans[:-3])))[0] == 200
+        for _ in range(100):
+            [run] = (await runs_of(api, project))["data"]
+            if run["termination_reason"] == "timeout":
+                break
+            await asyncio.sleep(0.1)
+        assert run["termination_reason"] == "timeout"
+        assert stored(db_url, project.id)["run_rollups"] == rollups_recomputed(db_url, project.id)
+        assert (await send(api, project.keys["ingest"], export_of(doc, spans[-3:])))[0] == 200
+        [finished] = (await runs_of(api, project))["data"]
+    assert finished["id"] == run["id"] and finished["termination_reason"] == "clean"
+    rollups = stored(db_url, project.id)["run_rollups"]
+    assert rollups == rollups_recomputed(db_url, project.id)
+    assert [(row[12], row[16]) for row in rollups] == [(1, 0)]  # clean 1, timeout 0

@@ -133,15 +133,16 @@ def test_each_model_call_belongs_to_the_tool_call_it_asked_for(name: str) -> Non
     assert linked[:3] == [1, 2, 3] and linked[3] is None
 
 
-def test_a_trace_without_agent_spans_is_one_run_and_one_of_plain_http_spans_is_none() -> None:
-    def span(span_id: int, parent: int | None, name: str, attributes: dict) -> decode.Span:
-        return decode.Span(
-            trace_id=b"t" * 16, span_id=span_id.to_bytes(8, "big"),
-            parent_span_id=parent.to_bytes(8, "big") if parent else None, name=name, kind=1,
-            start_ns=span_id * 1000, end_ns=10_000 - span_id, status_code=0, status_message="",
-            attributes=attributes, resource={"service.name": "billing"},
-        )  # fmt: skip
+def span(span_id: int, parent: int | None, name: str, attributes: dict) -> decode.Span:
+    return decode.Span(
+        trace_id=b"t" * 16, span_id=span_id.to_bytes(8, "big"),
+        parent_span_id=parent.to_bytes(8, "big") if parent else None, name=name, kind=1,
+        start_ns=span_id * 1000, end_ns=10_000 - span_id, status_code=0, status_message="",
+        attributes=attributes, resource={"service.name": "billing"},
+    )  # fmt: skip
 
+
+def test_a_trace_without_agent_spans_is_one_run_and_one_of_plain_http_spans_is_none() -> None:
     http = [span(1, None, "GET /", {}), span(2, 1, "SELECT", {})]
     assert mapping.map_trace(http) == []
     tool = span(3, 1, "lookup", {"gen_ai.operation.name": "execute_tool"})
@@ -150,3 +151,25 @@ def test_a_trace_without_agent_spans_is_one_run_and_one_of_plain_http_spans_is_n
     assert run.termination_reason == "clean" and not run.provisional
     [early] = mapping.map_trace([tool])  # before its root arrives: the same run, provisional
     assert early.run_id == run.run_id and early.provisional and early.agent_name == "billing"
+
+
+def test_retrievals_are_custom_steps_numbered_with_the_tool_calls() -> None:
+    agent = span(1, None, "research", {"openinference.span.kind": "AGENT"})
+    search = {"openinference.span.kind": "RETRIEVER", "input.value": "what is keelwave"}
+    tool = {"openinference.span.kind": "TOOL", "tool.name": "fetch", "input.value": "{}"}
+    spans = [agent, span(2, 1, "retrieve", search), span(3, 1, "fetch", tool),
+             span(4, 1, "retrieve", search)]  # fmt: skip
+    [run] = mapping.map_trace(spans)
+    assert [(s.step_index, s.step_type, s.tool_name) for s in run.steps] == [
+        (1, "custom", "retrieve"), (2, "tool_call", "fetch"), (3, "custom", "retrieve")
+    ]  # fmt: skip
+    assert run.steps[0].fingerprint == run.steps[2].fingerprint and run.loop_step_index == 1
+
+
+def test_a_failed_span_says_its_error_type() -> None:
+    failed = span(
+        1, None, "agent", {"gen_ai.operation.name": "invoke_agent", "error.type": "Timeout"}
+    )
+    failed.status_code = 2
+    [run] = mapping.map_trace([failed])
+    assert run.termination_reason == "error" and run.error == "Timeout"

@@ -20,7 +20,7 @@ import msgspec
 from keelwave.sdk import canonical_json
 from keelwave.server.ingest.otlp.decode import Span
 
-AGENT, TOOL, MODEL, OTHER = "agent", "tool", "model", "other"
+AGENT, TOOL, RETRIEVER, MODEL, OTHER = "agent", "tool", "retriever", "model", "other"
 MODEL_OPERATIONS = ("chat", "text_completion", "generate_content", "embeddings")
 # Spans that wrap a framework's run of agents without being one (the OpenAI Agents SDK).
 WORKFLOW_NAMES = ("Agent workflow", "Agent Workflow")
@@ -44,7 +44,8 @@ def _metadata(span: Span) -> dict[str, Any]:
 
 
 def role(span: Span) -> str:
-    """agent, tool, model or other."""
+    """agent, tool, retriever, model or other. (``create_agent`` spans define an agent
+    without running it: other.)"""
     attributes = span.attributes
     operation = attributes.get("gen_ai.operation.name")
     openinference = str(attributes.get("openinference.span.kind") or "").upper()
@@ -58,6 +59,8 @@ def role(span: Span) -> str:
         return AGENT  # a LangGraph graph (OpenInference calls it AGENT only by its name)
     if operation == "execute_tool" or openinference == "TOOL" or traceloop == "tool":
         return TOOL
+    if openinference == "RETRIEVER" or traceloop == "retriever":
+        return RETRIEVER
     if operation in MODEL_OPERATIONS or openinference in ("LLM", "EMBEDDING"):
         return MODEL
     if traceloop == "llm" or span.name.endswith(".chat"):
@@ -237,7 +240,10 @@ def error(span: Span) -> str | None:
             message = event.attributes.get("exception.message") or ""
             return f"{kind}: {message}" if message else str(kind)
     if span.status_code == 2:
-        return span.status_message or "error"
+        kind = span.attributes.get("error.type")
+        if span.status_message:
+            return f"{kind}: {span.status_message}" if kind else span.status_message
+        return str(kind) if kind else "error"
     return None
 
 

@@ -19,8 +19,9 @@ of it arrives.
   arrives, and keeps its id when it does. If the missing ancestor turns out
   not to be an agent, the provisional run disappears and its steps move to
   the run the complete trace gives them.
-- Its steps are the tool spans whose nearest run is it (not those of a nested
-  agent), ordered by start time (then span id, for ties): steps 1…n.
+- Its steps are the tool spans (and retrievals, as ``custom`` steps) whose
+  nearest run is it (not those of a nested agent), ordered by start time
+  (then span id, for ties): steps 1…n.
 - Its model calls are the inference spans whose nearest run is it. Agent
   spans that repeat their run's token totals are never counted. A call
   belongs to the first step that started after it and before the next call:
@@ -59,6 +60,7 @@ class MappedStep:
     duration_ms: float | None
     error: str | None
     fingerprint: bytes | None = None
+    step_type: str = "tool_call"  # retrievals are "custom" steps
 
 
 @dataclass(slots=True)
@@ -129,7 +131,7 @@ def map_trace(spans: list[Span]) -> list[MappedRun]:
 
     members: dict[bytes, list[Span]] = {}  # run key -> its tool and model spans
     for span_id, span in unique.items():
-        if span_id in runs or roles[span_id] not in (c.TOOL, c.MODEL):
+        if span_id in runs or roles[span_id] not in (c.TOOL, c.RETRIEVER, c.MODEL):
             continue
         home = span_id if span_id == fallback else owner(span)
         if home is not None:
@@ -142,8 +144,10 @@ def map_trace(spans: list[Span]) -> list[MappedRun]:
         mapped[key] = _run(trace_id, key, span, runs.get(key), parent, members.get(key, []))
     for key, run in mapped.items():
         spans_of_run = members.get(key, [])
-        tools = sorted((s for s in spans_of_run if roles[s.span_id] == c.TOOL), key=_start)
-        run.steps = [_step(span, index) for index, span in enumerate(tools, start=1)]
+        tools = sorted(
+            (s for s in spans_of_run if roles[s.span_id] in (c.TOOL, c.RETRIEVER)), key=_start
+        )
+        run.steps = [_step(span, roles[span.span_id], n) for n, span in enumerate(tools, start=1)]
         calls = sorted((s for s in spans_of_run if roles[s.span_id] == c.MODEL), key=_start)
         run.calls = [_call(span) for span in calls]
         _link_calls(run)
@@ -229,7 +233,7 @@ def _millis(span: Span) -> float | None:
     return None
 
 
-def _step(span: Span, index: int) -> MappedStep:
+def _step(span: Span, role: str, index: int) -> MappedStep:
     name, arguments = c.tool_name(span), c.tool_input(span)
     return MappedStep(
         span_id=span.span_id,
@@ -242,6 +246,7 @@ def _step(span: Span, index: int) -> MappedStep:
         error=c.error(span),
         # NULL only when the span truly carries no arguments (as a step without a tool).
         fingerprint=fingerprint(name, arguments) if arguments is not None else None,
+        step_type="custom" if role == c.RETRIEVER else "tool_call",
     )
 
 

@@ -94,7 +94,7 @@ def rollups_recomputed(db_url: str, project_id: str) -> list[tuple]:
         db_url,
         "SELECT agent_name, date_trunc('hour', started_at, 'UTC'), count(*)::int, "
         "count(termination_reason)::int, "
-        "count(*) FILTER (WHERE loop_detected AND termination_reason IS NOT NULL)::int, "
+        "count(*) FILTER (WHERE loop_detected)::int, "
         "count(*) FILTER (WHERE termination_reason = 'error')::int, sum(step_count)::int, "
         "sum(llm_calls)::int, sum(input_tokens)::bigint, sum(output_tokens)::bigint, "
         "sum(cost_usd), "

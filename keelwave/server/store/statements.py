@@ -403,7 +403,7 @@ def _stage_finish_deltas(deltas: str) -> str:
     INSERT INTO kw_stage_rollups (project_id, agent_name, bucket, finished_runs, loop_runs,
         error_runs, duration_ms_sum, {_cols(tuple(f"term_{r}" for r in TERMINATION_COUNTERS))})
     SELECT project_id, agent_name, {_HOUR.format("started_at")},
-           sign * (reason IS NOT NULL)::int, sign * (loop AND reason IS NOT NULL)::int,
+           sign * (reason IS NOT NULL)::int, sign * loop::int,
            sign * (reason IS NOT DISTINCT FROM 'error')::int, sign * coalesce(duration, 0),
            {terms}
     FROM deltas

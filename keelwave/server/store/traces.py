@@ -310,8 +310,9 @@ RETURNING trace_id
 
 # A run's share of the rollups, read from its stored rows, staged ``sign`` times:
 # -1 before a run is rewritten, +1 after. What it adds is what native ingest adds
-# for the same rows: a run and its counters when it starts; its finish (reason,
-# loop, duration, histogram bin) and its tool calls once it has ended.
+# for the same rows: a run, its counters and its loop flag (aggregates.py's
+# _FROM_RUN counts loop_detected whether or not the run has ended); its finish
+# (reason, duration, histogram bin) and its tool calls once it has ended.
 _RUNS_OF = "(SELECT * FROM agent_runs WHERE project_id = %(project_id)s AND id = ANY(%(ids)s))"
 _TERMS = ",\n           ".join(
     f"%(sign)s * (r.termination_reason IS NOT DISTINCT FROM '{reason}')::int"
@@ -327,7 +328,7 @@ WITH runs AS {_RUNS_OF}, staged AS (
         duration_ms_sum, {", ".join(f"term_{r}" for r in statements.TERMINATION_COUNTERS)})
     SELECT r.project_id, r.agent_name, date_trunc('hour', r.started_at, 'UTC'), %(sign)s,
            %(sign)s * (r.termination_reason IS NOT NULL)::int,
-           %(sign)s * (r.loop_detected AND r.termination_reason IS NOT NULL)::int,
+           %(sign)s * r.loop_detected::int,
            %(sign)s * (r.termination_reason IS NOT DISTINCT FROM 'error')::int,
            %(sign)s * r.step_count, %(sign)s * r.llm_calls, %(sign)s * r.input_tokens,
            %(sign)s * r.output_tokens, %(sign)s * r.cost_usd,

@@ -9,7 +9,15 @@ import msgspec
 import psycopg
 import pytest
 
-from keelwave.server.store.pgscript import Script, Unquotable, copy_data, literal, prepare
+from keelwave.server.store.pgscript import (
+    SESSION,
+    Script,
+    Unquotable,
+    copy_data,
+    literal,
+    literals_are_safe,
+    prepare,
+)
 
 
 @pytest.fixture
@@ -132,3 +140,13 @@ def test_what_cannot_be_written_as_text_is_refused() -> None:
         script.values("INSERT INTO v", ["json"], [(b'"\xff"',)])
     with pytest.raises(Unquotable, match="object"):
         script.values("INSERT INTO v", ["text"], [(object(),)])
+
+
+async def test_a_session_with_the_settings_literals_need_is_seen_as_safe(conn) -> None:
+    """The writer checks this before every flush; a check that never passed made every
+    flush log a warning and set the session again (two round trips)."""
+    for setting in SESSION:
+        await conn.execute(setting)
+    assert literals_are_safe(conn)
+    await conn.execute("SET standard_conforming_strings = off")
+    assert not literals_are_safe(conn)

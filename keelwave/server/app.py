@@ -26,6 +26,7 @@ from keelwave.server.ingest.pricing import PriceTable
 from keelwave.server.query import aggregates, loops, runs, tools
 from keelwave.server.store import pooling, refusals, timescale
 from keelwave.server.store.reaper import Reaper
+from keelwave.server.store.verdicts import VerdictKeeper
 from keelwave.server.store.writer import IngestWriter
 from keelwave.settings import Settings
 
@@ -130,6 +131,7 @@ async def _database(app: web.Application) -> AsyncIterator[None]:
     await pool.open(wait=False)
     if not pooled:
         app[appkeys.GENERIC_RUN_PLANS] = await _on_timescaledb(conninfo, connect_timeout)
+    verdicts = VerdictKeeper(pool)
     writer = IngestWriter(
         conninfo,
         settings.flush_max_rows,
@@ -139,8 +141,10 @@ async def _database(app: web.Application) -> AsyncIterator[None]:
         metrics=app[appkeys.METRICS],
         transaction_pooling=pooled,
         refusal_reporter=app[appkeys.REFUSALS],
+        steps_committed=verdicts.wake,
     )
     writer.start()
+    verdicts.start()
     app[appkeys.METRICS].buffer_rows = lambda: writer.waiting_rows
     keystore = KeyStore(pool, conninfo, settings.key_cache_seconds)
     keystore.start()
@@ -152,12 +156,17 @@ async def _database(app: web.Application) -> AsyncIterator[None]:
     app[appkeys.WRITER] = writer
     app[appkeys.KEYSTORE] = keystore
     app[otlp.INGEST_KEY] = TraceIngest(
-        pool, app[ingest.PRICES], app[appkeys.REFUSALS], settings.retry_after_seconds
+        pool,
+        app[ingest.PRICES],
+        app[appkeys.REFUSALS],
+        settings.retry_after_seconds,
+        stored=verdicts.wake,
     )
     try:
         yield
     finally:
         await writer.close()
+        await verdicts.stop()
         await reaper.stop()
         await maintenance.stop()
         await keystore.stop()

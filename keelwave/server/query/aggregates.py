@@ -20,6 +20,7 @@ from aiohttp import web
 from psycopg import AsyncConnection
 
 from keelwave.protocol import TERMINATION_REASONS
+from keelwave.server.findings import KINDS as FINDING_KINDS
 from keelwave.server.http import appkeys, params
 from keelwave.server.http.operations import ApiRoutes, Param
 from keelwave.server.http.params import Window
@@ -54,6 +55,8 @@ _FROM_RUN = {
         f"term_{reason}": f"(termination_reason IS NOT DISTINCT FROM '{reason}')::int"
         for reason in TERMINATION_REASONS
     },
+    "detected_loop_runs": "detected_loop::int",
+    **{f"{kind}_runs": f"('{kind}' = ANY(findings))::int" for kind in FINDING_KINDS},
 }
 
 
@@ -104,7 +107,7 @@ async def window_counters(
     """
     agent_filter = "AND agent_name = %(agent)s" if agent_name else ""
     counters = ", ".join(ROLLUP_COUNTERS)
-    from_runs = ", ".join(f"{expr} AS {name}" for name, expr in _FROM_RUN.items())
+    from_runs = ", ".join(f"{_FROM_RUN[name]} AS {name}" for name in ROLLUP_COUNTERS)
     key = {
         "": "",
         "agent_name": "agent_name",
@@ -214,6 +217,15 @@ WHERE project_id = %(project)s AND ended_at IS NULL
 """
 
 
+def verdicts(totals: dict[str, Any]) -> dict[str, Any]:
+    """The server's view beside the SDK's: runs it found looping, and per kind of finding."""
+    return {
+        "detected_loop_runs": totals["detected_loop_runs"],
+        "detected_loop_rate": rate(totals["detected_loop_runs"], totals["runs"]),
+        "findings": {kind: totals[f"{kind}_runs"] for kind in FINDING_KINDS},
+    }
+
+
 async def _summary_of(
     conn: AsyncConnection, request: web.Request, project_id: str, window: Window
 ) -> dict[str, Any]:
@@ -236,6 +248,7 @@ async def _summary_of(
         "runs": runs,
         "loop_runs": totals["loop_runs"],
         "loop_rate": rate(totals["loop_runs"], runs),
+        **verdicts(totals),
         "error_runs": totals["error_runs"],
         "error_rate": rate(totals["error_runs"], runs),
         "stalled_runs": stalled,
@@ -318,6 +331,7 @@ async def health(request: web.Request) -> web.Response:
                     "runs": totals["runs"],
                     "loop_runs": totals["loop_runs"],
                     "loop_rate": rate(totals["loop_runs"], totals["runs"]),
+                    **verdicts(totals),
                     "error_runs": totals["error_runs"],
                     "error_rate": rate(totals["error_runs"], totals["runs"]),
                     "stalled_runs": stalled.get(agent_name, 0),
@@ -368,6 +382,7 @@ async def timeseries(request: web.Request) -> web.Response:
                 "start": start,
                 "runs": totals["runs"],
                 "loop_runs": totals["loop_runs"],
+                "detected_loop_runs": totals["detected_loop_runs"],
                 "error_runs": totals["error_runs"],
                 "finished_runs": totals["finished_runs"],
                 "steps": totals["steps"],

@@ -17,6 +17,7 @@ from msgspec import Meta
 from psycopg.rows import dict_row
 
 from keelwave.protocol import TERMINATION_REASONS
+from keelwave.server.findings import KINDS as FINDING_KINDS
 from keelwave.server.http import appkeys, params
 from keelwave.server.http.errors import not_found
 from keelwave.server.http.operations import ApiRoutes, Param
@@ -25,6 +26,7 @@ from keelwave.server.query.loops import LOOPS_SQL, RUN_EXISTS_SQL, loop_group
 from keelwave.server.query.plans import run_queries
 from keelwave.server.query.schemas import (
     RUN_STATUSES,
+    FindingKind,
     ModelCallListResponse,
     RunDetailResponse,
     RunListResponse,
@@ -39,7 +41,10 @@ LIST_QUERY = (
     Param("agent_name", str, "Only this agent."),
     Param("status", RunStatus, "Only runs in this status."),
     Param("termination_reason", TerminationReason, "Only runs that ended for this reason."),
-    Param("loop_detected", bool, "Only looping (true) or non-looping (false) runs."),
+    Param("loop_detected", bool, "Only runs the SDK reported looping (true) or not (false)."),
+    Param("detected_loop", bool, "Only runs the server found looping (true) or not (false)."),
+    Param("finding", FindingKind, "Only runs with a finding of this kind."),
+    Param("loop", bool, "Only runs that loop by either account (true), or by neither (false)."),
     Param("q", str, "A run id prefix or part of the agent name."),
     Param("limit", Annotated[int, Meta(ge=1, le=500)], "Page size (default 50)."),
     params.CURSOR_QUERY,
@@ -48,7 +53,8 @@ LIST_QUERY = (
 
 RUN_FIELDS = """
     id, agent_name, parent_run_id, started_at, ended_at, duration_ms, termination_reason,
-    loop_detected, loop_step_index, step_count, input_tokens, output_tokens, cost_usd,
+    loop_detected, loop_step_index, detected_loop, detected_loop_step_index, findings,
+    step_count, input_tokens, output_tokens, cost_usd,
     llm_calls, error, tags, last_activity_at,
     CASE WHEN ended_at IS NOT NULL THEN 'finished'
          WHEN last_activity_at < now() - %(stall)s THEN 'stalled'
@@ -89,6 +95,15 @@ async def list_runs(request: web.Request) -> web.Response:
     if (looping := params.boolean(request, "loop_detected")) is not None:
         where.append("loop_detected = %(looping)s")
         args["looping"] = looping
+    if (detected := params.boolean(request, "detected_loop")) is not None:
+        where.append("detected_loop = %(detected)s")
+        args["detected"] = detected
+    if (either := params.boolean(request, "loop")) is not None:
+        where.append("(loop_detected OR detected_loop) = %(either)s")
+        args["either"] = either
+    if kind := params.choice(request, "finding", FINDING_KINDS):
+        where.append("%(kind)s = ANY(findings)")
+        args["kind"] = kind
     if (window := params.window(request, default=None)) is not None:
         where.append("started_at >= %(since)s AND started_at < %(until)s")
         args.update(since=window.since, until=window.until)

@@ -89,6 +89,16 @@ class Run(Struct, kw_only=True):
     termination_reason: TerminationReason | None
     loop_detected: Annotated[bool, Meta(description="As the SDK reported it at finish")]
     loop_step_index: Annotated[int | None, Meta(description="Where the loop began")]
+    detected_loop: Annotated[
+        bool,
+        Meta(description="The server's verdict: an exact_loop or cycle finding on its steps"),
+    ]
+    detected_loop_step_index: Annotated[
+        int | None, Meta(description="The first step of the earliest such finding")
+    ]
+    findings: Annotated[
+        list[FindingKind], Meta(description="The kinds of the server's findings on the run")
+    ]
     step_count: Count
     input_tokens: Count
     output_tokens: Count
@@ -144,6 +154,15 @@ class ModelCallRecord(Struct, kw_only=True):
     started_at: Time
 
 
+class FindingCounts(Struct, kw_only=True):
+    """How many runs have a finding of each kind."""
+
+    exact_loop: Count
+    cycle: Count
+    near_duplicate: Count
+    no_progress: Count
+
+
 class WindowSummary(Struct, kw_only=True):
     """Counters of the runs that started in [since, until)."""
 
@@ -152,6 +171,9 @@ class WindowSummary(Struct, kw_only=True):
     runs: Count
     loop_runs: Count
     loop_rate: Rate
+    detected_loop_runs: Annotated[int, Meta(ge=0, description="Runs the server found looping")]
+    detected_loop_rate: Rate
+    findings: FindingCounts
     error_runs: Count
     error_rate: Rate
     stalled_runs: Count
@@ -177,6 +199,9 @@ class AgentHealth(Struct, kw_only=True):
     runs: Count
     loop_runs: Count
     loop_rate: Rate
+    detected_loop_runs: Count
+    detected_loop_rate: Rate
+    findings: FindingCounts
     error_runs: Count
     error_rate: Rate
     stalled_runs: Count
@@ -194,6 +219,7 @@ class TimeBucket(Struct, kw_only=True):
     start: Time
     runs: Count
     loop_runs: Count
+    detected_loop_runs: Count
     error_runs: Count
     finished_runs: Count
     steps: Count

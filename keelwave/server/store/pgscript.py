@@ -49,10 +49,10 @@ def literals_are_safe(conn: psycopg.AsyncConnection) -> bool:
     """Whether the session still has what :data:`SESSION` set, so quote()'s literals
     mean what they say. Free to ask: PostgreSQL reports both settings to the client
     whenever they change (ParameterStatus), whoever changed them."""
-    info = conn.info
+    info = conn.info  # (psycopg's ConnectionInfo answers text, the raw pgconn bytes)
     return (
-        info.parameter_status("standard_conforming_strings") == b"on"
-        and info.parameter_status("client_encoding") == b"UTF8"
+        info.parameter_status("standard_conforming_strings") == "on"
+        and info.parameter_status("client_encoding") == "UTF8"
     )
 
 

@@ -93,6 +93,17 @@ ROLLUP_COUNTERS = (
     "input_tokens", "output_tokens", "cost_usd", "duration_ms_sum",
     "term_clean", "term_max_steps_reached", "term_context_limit", "term_error",
     "term_loop_detected", "term_timeout",
+    # The server's own verdicts (verdicts.py), per kind of finding.
+    "detected_loop_runs", "exact_loop_runs", "cycle_runs", "near_duplicate_runs",
+    "no_progress_runs",
+)  # fmt: skip
+VERDICT_COUNTERS = ROLLUP_COUNTERS[-5:]
+# What a run row ``r`` adds to each of VERDICT_COUNTERS, times %(sign)s.
+VERDICT_SHARES = ", ".join(
+    ("%(sign)s * r.detected_loop::int", *(
+        f"%(sign)s * ('{counter.removesuffix('_runs')}' = ANY(r.findings))::int"
+        for counter in VERDICT_COUNTERS[1:]
+    ))
 )  # fmt: skip
 
 TERMINATION_COUNTERS = tuple(c[5:] for c in ROLLUP_COUNTERS if c.startswith("term_"))

@@ -325,7 +325,8 @@ STAGE_SHARES = f"""
 WITH runs AS {_RUNS_OF}, staged AS (
     INSERT INTO kw_stage_rollups (project_id, agent_name, bucket, runs, finished_runs,
         loop_runs, error_runs, steps, llm_calls, input_tokens, output_tokens, cost_usd,
-        duration_ms_sum, {", ".join(f"term_{r}" for r in statements.TERMINATION_COUNTERS)})
+        duration_ms_sum, {", ".join(f"term_{r}" for r in statements.TERMINATION_COUNTERS)},
+        {", ".join(statements.VERDICT_COUNTERS)})
     SELECT r.project_id, r.agent_name, date_trunc('hour', r.started_at, 'UTC'), %(sign)s,
            %(sign)s * (r.termination_reason IS NOT NULL)::int,
            %(sign)s * r.loop_detected::int,
@@ -334,7 +335,8 @@ WITH runs AS {_RUNS_OF}, staged AS (
            %(sign)s * r.output_tokens, %(sign)s * r.cost_usd,
            %(sign)s * CASE WHEN r.termination_reason IS NOT NULL
                            THEN coalesce(r.duration_ms, 0) ELSE 0 END,
-           {_TERMS}
+           {_TERMS},
+           {statements.VERDICT_SHARES}
     FROM runs r
 ), durations AS (
     INSERT INTO kw_stage_durations (project_id, bucket, agent_name, duration_bin, runs)
@@ -392,7 +394,7 @@ WITH input AS (
         input = i.input::json, output = i.output::json, metadata = i.metadata::json,
         error = i.error, step_count = i.steps, llm_calls = i.calls,
         input_tokens = i.input_tokens, output_tokens = i.output_tokens, cost_usd = i.cost_usd,
-        last_activity_at = now()
+        last_activity_at = now(), verdict_steps = -1  -- steps may be renumbered: judge again
     FROM input i WHERE r.project_id = %(project_id)s AND r.id = i.id
     RETURNING r.id
 )

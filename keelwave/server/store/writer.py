@@ -32,6 +32,7 @@ import asyncio
 import logging
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -112,8 +113,11 @@ class IngestWriter:
         metrics: WriterEvents | None = None,
         transaction_pooling: bool = False,
         refusal_reporter: refusals.Reporter | None = None,
+        steps_committed: Callable[[], None] | None = None,
     ) -> None:
         self._metrics = metrics or _NoEvents()
+        # Told after every commit that stored steps (the verdict keeper, verdicts.py).
+        self._steps_committed = steps_committed or (lambda: None)
         self._flush_max_rows = flush_max_rows
         self._buffer_max_rows = buffer_max_rows
         self._queue: deque[Submission] = deque()
@@ -206,6 +210,8 @@ class IngestWriter:
         else:
             _settle(batch, None)
             self.refusals.recovered()
+            if any(submission.rows[1] for submission in batch):
+                self._steps_committed()
             self._metrics.flushed(
                 time.perf_counter() - started,
                 {

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from collections.abc import Callable
 
 import msgspec
 import psycopg
@@ -99,8 +100,10 @@ class TraceIngest:
         prices: PriceTable,
         reporter: refusals.Reporter,
         retry_after: int,
+        stored: Callable[[], None] = lambda: None,
     ) -> None:
         self._pool = pool
+        self._stored = stored  # told after each commit (the verdict keeper)
         self._prices = prices
         self._reporter = reporter
         self._retry_after = retry_after
@@ -143,5 +146,6 @@ class TraceIngest:
             ) from None
         else:
             self._reporter.recovered()
+            self._stored()
         finally:
             self._waiting -= 1

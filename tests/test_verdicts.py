@@ -1,0 +1,182 @@
+"""The server's verdict on runs: kept on the run as its steps arrive, listed, filtered and
+counted beside what the SDK reported, against a real server and database."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+from conftest import Api, Project, query
+
+
+async def start(api: Api, project: Project, name: str = "researcher") -> str:
+    status, body, _ = await api.post(
+        "/v1/ingest/agent/runs", json={"agent_name": name}, headers=project.auth()
+    )
+    assert status == 201, body
+    return body["data"]["id"]
+
+
+async def steps(api: Api, project: Project, run_id: str, calls: list[tuple], first: int = 1):
+    body = [
+        {"run_id": run_id, "step_index": first + n, "tool_name": tool, "tool_input": tool_input}
+        | ({"tool_output": output} if output is not None else {})
+        for n, (tool, tool_input, output) in enumerate(calls)
+    ]
+    status, answer, _ = await api.post("/v1/ingest/agent/steps", json=body, headers=project.auth())
+    assert status == 200, answer
+
+
+async def finish(api: Api, project: Project, run_id: str) -> None:
+    status, body, _ = await api.post(
+        f"/v1/ingest/agent/runs/{run_id}/finish",
+        json={"termination_reason": "clean"},
+        headers=project.auth(),
+    )
+    assert status == 200, body
+
+
+async def run(api: Api, project: Project, run_id: str) -> dict:
+    status, body, _ = await api.get(
+        f"/v1/projects/{project.id}/agent/runs/{run_id}", headers=project.auth()
+    )
+    assert status == 200, body
+    return body["data"]
+
+
+async def judged(api: Api, project: Project, db_url: str, run_id: str, step_count: int) -> dict:
+    """The run once the server has judged its ``step_count`` steps (it does so right
+    after they are committed)."""
+    for _ in range(100):
+        [(verdict_steps,)] = query(
+            db_url, "SELECT verdict_steps FROM agent_runs WHERE id = %s", (uuid.UUID(run_id),)
+        )
+        if verdict_steps == step_count:
+            return await run(api, project, run_id)
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"run {run_id} was not judged")
+
+
+async def get(api: Api, project: Project, path: str) -> dict:
+    status, body, _ = await api.get(f"/v1/projects/{project.id}{path}", headers=project.auth())
+    assert status == 200, body
+    return body
+
+
+SEARCH = {"q": "keelwave pricing", "max_results": 3}
+
+
+async def test_three_identical_calls_sent_as_curl_would_are_a_detected_loop(
+    api: Api, project: Project, db_url: str
+) -> None:
+    """The issue's first gap: steps sent without the SDK, finished clean. The stored
+    loop_detected stays as reported (false); the server's verdict says loop, from step 1."""
+    run_id = await start(api, project)
+    await steps(api, project, run_id, [("web_search", SEARCH, None)] * 3)
+    await finish(api, project, run_id)
+    data = await judged(api, project, db_url, run_id, 3)
+    assert data["loop_detected"] is False
+    assert data["detected_loop"] is True and data["detected_loop_step_index"] == 1
+    assert data["findings"] == ["exact_loop"]
+
+    listed = await get(api, project, "/agent/runs?detected_loop=true")
+    assert [r["id"] for r in listed["data"]] == [run_id]
+    assert [r["id"] for r in (await get(api, project, "/agent/runs?loop=true"))["data"]] == [run_id]
+    assert (await get(api, project, "/agent/runs?loop_detected=true"))["data"] == []
+    assert len((await get(api, project, "/agent/runs?finding=exact_loop"))["data"]) == 1
+    assert (await get(api, project, "/agent/runs?finding=cycle"))["data"] == []
+
+    summary = (await get(api, project, "/agent/summary"))["data"]["current"]
+    assert (summary["loop_runs"], summary["detected_loop_runs"]) == (0, 1)
+    assert summary["detected_loop_rate"] == 1.0
+    assert summary["findings"] == {"exact_loop": 1, "cycle": 0, "near_duplicate": 0,
+                                   "no_progress": 0}  # fmt: skip
+    [agent] = (await get(api, project, "/agent/health"))["data"]
+    assert agent["detected_loop_runs"] == 1 and agent["findings"]["exact_loop"] == 1
+    series = (await get(api, project, "/agent/runs/timeseries?window=1h&bucket=1h"))["data"]
+    assert sum(bucket["detected_loop_runs"] for bucket in series) == 1
+
+
+async def test_a_running_run_shows_its_loop_while_it_runs_and_late_steps_are_judged(
+    api: Api, project: Project, db_url: str
+) -> None:
+    run_id = await start(api, project)
+    await steps(api, project, run_id, [("search", {"q": "a"}, None), ("open", {"u": 1}, None)])
+    data = await judged(api, project, db_url, run_id, 2)
+    assert data["status"] == "running" and not data["detected_loop"] and data["findings"] == []
+    # A B A B: a cycle of two calls, from step 1 (and two exact loops within it).
+    await steps(
+        api, project, run_id, [("search", {"q": "a"}, None), ("open", {"u": 1}, None)], first=3
+    )
+    data = await judged(api, project, db_url, run_id, 4)
+    assert data["status"] == "running"
+    assert data["detected_loop"] and data["detected_loop_step_index"] == 1
+    assert data["findings"] == ["cycle", "exact_loop"]
+
+
+async def test_near_duplicates_and_no_progress_are_findings_not_loops(
+    api: Api, project: Project, db_url: str
+) -> None:
+    near = await start(api, project, "support")
+    await steps(
+        api,
+        project,
+        near,
+        [
+            ("lookup", {"order": "A-1", "request_id": str(uuid.uuid4())}, {"status": n})
+            for n in range(3)
+        ],  # fmt: skip
+    )
+    stuck = await start(api, project, "support")
+    empty = {"results": []}
+    await steps(
+        api, project, stuck, [("search", {"q": q}, empty) for q in ("refund", "refunds", "money")]
+    )
+    near_run = await judged(api, project, db_url, near, 3)
+    stuck_run = await judged(api, project, db_url, stuck, 3)
+    assert near_run["findings"] == ["near_duplicate"] and not near_run["detected_loop"]
+    assert stuck_run["findings"] == ["no_progress"] and not stuck_run["detected_loop"]
+    summary = (await get(api, project, "/agent/summary"))["data"]["current"]
+    assert summary["detected_loop_runs"] == 0
+    assert summary["findings"]["near_duplicate"] == 1 and summary["findings"]["no_progress"] == 1
+
+
+async def test_a_healthy_batch_is_no_finding(api: Api, project: Project, db_url: str) -> None:
+    """Eighteen distinct files written: a batch, not a loop."""
+    run_id = await start(api, project, "coder")
+    await steps(
+        api,
+        project,
+        run_id,
+        [
+            ("write_file", {"path": f"src/m{n}.py", "text": f"x = {n}"}, {"ok": True})
+            for n in range(18)
+        ],  # fmt: skip
+    )
+    await finish(api, project, run_id)
+    data = await judged(api, project, db_url, run_id, 18)
+    assert data["findings"] == [] and not data["detected_loop"]
+
+
+async def test_rollups_of_verdicts_match_the_runs(api: Api, project: Project, db_url: str) -> None:
+    """Many runs, some judged twice as their steps grow: the hourly counters equal a
+    count over the runs themselves."""
+    ids = []
+    for n in range(12):
+        run_id = await start(api, project, f"agent-{n % 3}")
+        ids.append(run_id)
+        calls = [("search", {"q": n}, None)] * (1 + n % 3)
+        await steps(api, project, run_id, calls)
+        if n % 2:
+            await steps(api, project, run_id, [("open", {"u": n}, None)], first=len(calls) + 1)
+    for n, run_id in enumerate(ids):
+        await judged(api, project, db_url, run_id, 1 + n % 3 + n % 2)
+    [(counted, expected)] = query(
+        db_url,
+        "SELECT (SELECT sum(detected_loop_runs) FROM agent_run_rollups WHERE project_id = %s), "
+        "(SELECT count(*) FILTER (WHERE detected_loop) FROM agent_runs WHERE project_id = %s)",
+        (uuid.UUID(project.id), uuid.UUID(project.id)),
+    )
+    assert counted == expected == 8  # runs with 2 or 3 identical searches
+    summary = (await get(api, project, "/agent/summary"))["data"]["current"]
+    assert summary["detected_loop_runs"] == 8 and summary["findings"]["exact_loop"] == 8

@@ -7,6 +7,9 @@ import asyncio
 import uuid
 
 from conftest import Api, Project, query
+from psycopg_pool import AsyncConnectionPool
+
+from keelwave.server.store import verdicts
 
 
 async def start(api: Api, project: Project, name: str = "researcher") -> str:
@@ -180,3 +183,26 @@ async def test_rollups_of_verdicts_match_the_runs(api: Api, project: Project, db
     assert counted == expected == 8  # runs with 2 or 3 identical searches
     summary = (await get(api, project, "/agent/summary"))["data"]["current"]
     assert summary["detected_loop_runs"] == 8 and summary["findings"]["exact_loop"] == 8
+
+
+async def test_keepers_of_several_servers_share_the_work_and_count_each_run_once(
+    api: Api, project: Project, db_url: str
+) -> None:
+    """Two more keepers (as two more server processes would run) judging at once with the
+    server's own: every run is judged, and the rollups count it once."""
+    ids = []
+    for n in range(40):
+        run_id = await start(api, project, "swarm")
+        ids.append(run_id)
+        await steps(api, project, run_id, [("search", {"q": n % 7}, None)] * (2 + n % 2))
+    async with AsyncConnectionPool(db_url, kwargs={"autocommit": True}, open=False) as pool:
+        await asyncio.gather(*(verdicts.judge(pool, limit=5) for _ in range(8)))
+    for n, run_id in enumerate(ids):
+        await judged(api, project, db_url, run_id, 2 + n % 2)
+    [(counted, expected)] = query(
+        db_url,
+        "SELECT (SELECT sum(detected_loop_runs) FROM agent_run_rollups WHERE project_id = %s), "
+        "(SELECT count(*) FILTER (WHERE detected_loop) FROM agent_runs WHERE project_id = %s)",
+        (uuid.UUID(project.id), uuid.UUID(project.id)),
+    )
+    assert counted == expected == 40

@@ -27,6 +27,7 @@ import asyncio
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -42,8 +43,15 @@ RUNS_PER_ROUND = 100  # runs judged in one transaction
 PACING = 10  # a run is not judged again before 10× the time judging it took
 LOOPS = ("exact_loop", "cycle")  # the findings that make a detected loop
 
+CLAIMS = 0x6B7A  # pg_try_advisory_xact_lock(int, int) namespace: runs a keeper is judging
+# The runs due now that no other keeper (another worker or server) is judging:
+# claimed with a lock only keepers take and never wait for, so two keepers share
+# the work instead of doing it twice. (Claims come before the run locks, and
+# nothing else takes them: no lock cycle.)
 DUE = """
-SELECT project_id, id FROM agent_runs WHERE verdict_steps <> step_count
+SELECT project_id, id FROM agent_runs
+WHERE verdict_steps <> step_count
+  AND pg_try_advisory_xact_lock(%s, hashtext(id::text))
 ORDER BY last_activity_at LIMIT %s
 """
 # Under the runs' locks: their step counts now, and every step, in order.
@@ -91,13 +99,19 @@ def _utf8(text: str | None) -> bytes | None:
     return text.encode("utf-8", "surrogatepass") if text is not None else None
 
 
-async def judge(pool: AsyncConnectionPool, runs: list[tuple[uuid.UUID, uuid.UUID]]) -> float:
-    """Bring the verdicts of ``runs`` (project, run) up to date; return the seconds the
-    detectors took per run, on average."""
-    if not runs:
-        return 0.0
-    keys = {"projects": [p for p, _ in runs], "ids": [r for _, r in runs]}
+async def judge(
+    pool: AsyncConnectionPool,
+    limit: int = RUNS_PER_ROUND,
+    ready: Callable[[tuple[uuid.UUID, uuid.UUID]], bool] = lambda run: True,
+) -> dict[tuple[uuid.UUID, uuid.UUID], float]:
+    """Bring the verdicts of up to ``limit`` due runs that are ``ready`` up to date, in
+    one transaction; return the seconds the detectors took on each run judged."""
     async with pool.connection() as conn, statements.transaction(conn), conn.cursor() as cur:
+        await cur.execute(DUE, (CLAIMS, limit))
+        runs = [run for run in await cur.fetchall() if ready(run)]
+        if not runs:
+            return {}
+        keys = {"projects": [p for p, _ in runs], "ids": [r for _, r in runs]}
         await statements.lock_runs(cur, {run_id.int for _, run_id in runs})
         await cur.execute(COUNTS, keys)
         counts = {(project, run): count for project, run, count in await cur.fetchall()}
@@ -108,18 +122,16 @@ async def judge(pool: AsyncConnectionPool, runs: list[tuple[uuid.UUID, uuid.UUID
                 steps[(project, run)].append(
                     StepView(index, tool, _utf8(tool_input), _utf8(tool_output))
                 )
-        started = time.perf_counter()
-        judged = {key: verdict(findings(views)) for key, views in steps.items()}
-        spent = (time.perf_counter() - started) / max(1, len(judged))
-        if not judged:
-            return spent
+        # In a thread: a long run takes the detectors a while, and the event loop
+        # keeps answering ingest meanwhile.
+        judged = await asyncio.to_thread(_judge_all, steps)
         columns: dict[str, list[Any]] = {
             "projects": [p for p, _ in judged],
             "ids": [r for _, r in judged],
-            "detected": [v[0] for v in judged.values()],
-            "began": [v[1] for v in judged.values()],
+            "detected": [v[0] for v, _ in judged.values()],
+            "began": [v[1] for v, _ in judged.values()],
             # As array literals: unnest would flatten an array of arrays.
-            "kinds": ["{" + ",".join(v[2]) + "}" for v in judged.values()],
+            "kinds": ["{" + ",".join(v[2]) + "}" for v, _ in judged.values()],
             # The count read under the lock: the steps just judged.
             "steps": [counts[key] for key in judged],
         }
@@ -128,7 +140,20 @@ async def judge(pool: AsyncConnectionPool, runs: list[tuple[uuid.UUID, uuid.UUID
         await cur.execute(SAVE, columns)
         await cur.execute(STAGE_VERDICT_SHARES, {**shares, "sign": 1})
         await cur.execute(statements.MERGE_ROLLUPS)
-    return spent
+    return {key: seconds for key, (_, seconds) in judged.items()}
+
+
+Verdict = tuple[bool, int | None, list[str]]
+
+
+def _judge_all(
+    steps: dict[tuple[uuid.UUID, uuid.UUID], list[StepView]],
+) -> dict[tuple[uuid.UUID, uuid.UUID], tuple[Verdict, float]]:
+    judged = {}
+    for key, views in steps.items():
+        started = time.perf_counter()
+        judged[key] = (verdict(findings(views)), time.perf_counter() - started)
+    return judged
 
 
 class VerdictKeeper:
@@ -157,18 +182,16 @@ class VerdictKeeper:
                 pass
 
     async def round(self) -> int:
-        """Judge the runs due now; return how many."""
-        async with self._pool.connection() as conn:
-            due = await (await conn.execute(DUE, (RUNS_PER_ROUND * 4,))).fetchall()
+        """Judge the runs due now (up to RUNS_PER_ROUND); return how many."""
         now = time.monotonic()
-        ready = [(p, r) for p, r in due if self._not_before.get((p, r), 0) <= now]
-        ready = ready[:RUNS_PER_ROUND]
-        spent = await judge(self._pool, ready)
-        for key in ready:
-            self._not_before[key] = now + PACING * spent
-        if len(self._not_before) > 10 * RUNS_PER_ROUND * 4:  # forget old entries
+        spent = await judge(
+            self._pool, RUNS_PER_ROUND, lambda run: self._not_before.get(run, 0) <= now
+        )
+        for key, seconds in spent.items():
+            self._not_before[key] = now + PACING * seconds
+        if len(self._not_before) > 100 * RUNS_PER_ROUND:  # forget what is long past
             self._not_before = {k: t for k, t in self._not_before.items() if t > now}
-        return len(ready)
+        return len(spent)
 
     async def _run(self) -> None:
         while True:

@@ -117,6 +117,13 @@ class Settings(BaseSettings):
         description="Serve Prometheus metrics at http://127.0.0.1:PORT/metrics (worker N at "
         "PORT + N - 1); unset: no metrics. Never on the public port.",
     )
+    otlp_grpc_port: int | None = Field(
+        default=None,
+        ge=1,
+        le=65535,
+        description="Also take OTLP/gRPC trace exports on this port, on the HTTP host (every "
+        "worker serves it). Needs the grpc extra; unset: off (OTLP/HTTP is always on).",
+    )
     retry_after_seconds: int = Field(
         default=1, ge=1, description="Retry-After sent with 503 answers."
     )

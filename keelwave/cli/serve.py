@@ -47,6 +47,16 @@ def serve(
             show_default=False,
         ),
     ] = None,
+    otlp_grpc_port: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            max=65535,
+            help="Also take OTLP/gRPC trace exports on this port, on the same host "
+            "(env KEELWAVE_OTLP_GRPC_PORT, default: off). Needs keelwave[grpc].",
+            show_default=False,
+        ),
+    ] = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
 ) -> None:
     """Run the keelwave server."""
@@ -66,8 +76,11 @@ def serve(
     )
     logging.getLogger("alembic").setLevel(logging.WARNING)
     settings = settings_from(
-        host=host, port=port, database_url=database_url, data_dir=data_dir, workers=workers
-    )
+        host=host, port=port, database_url=database_url, data_dir=data_dir, workers=workers,
+        otlp_grpc_port=otlp_grpc_port,
+    )  # fmt: skip
+    if settings.otlp_grpc_port is not None:
+        _check_grpc(settings.host, settings.otlp_grpc_port)
     try:
         exclusive.check_port_free(settings.host, settings.port)
         if not settings.database_url:
@@ -128,6 +141,30 @@ def serve(
         finally:
             workers_mod.stop(children)
         stdout.print("Stopped.")
+
+
+def _check_grpc(host: str, port: int) -> None:
+    """Before anything starts: grpcio is there (an optional extra), and nobody holds the
+    port (SO_REUSEPORT would let us share it, as for the HTTP port: exclusive.py)."""
+    from rich.markup import escape  # fail() prints rich markup, where [grpc] is a tag
+
+    from keelwave.cli import exclusive
+
+    try:
+        import grpc  # noqa: F401
+    except ImportError:
+        fail(
+            escape("OTLP/gRPC ingest (--otlp-grpc-port) needs grpcio: pip install 'keelwave[grpc]'")
+        )
+    try:
+        exclusive.check_port_free(host, port)
+    except exclusive.Taken:
+        fail(
+            f"the OTLP/gRPC port {port} on {host} is in use (another keelwave serve, or "
+            "another program): stop it, or choose another --otlp-grpc-port"
+        )
+    except OSError as error:
+        fail(f"cannot listen for OTLP/gRPC on {host}:{port}: {error.strerror or error}")
 
 
 def _display_host(host: str) -> str:

@@ -1,9 +1,9 @@
 """The aiohttp application: ``create_app`` builds what ``keelwave serve`` runs and
 what the tests run, from the same settings and a database conninfo.
 
-Resources (connection pool, ingest writer, key listener) are opened and
-closed in ``cleanup_ctx``, in order, so a shutdown commits buffered writes
-before the pool goes away.
+Resources (connection pool, ingest writer, key listener, the OTLP/gRPC server
+when on) are opened and closed in ``cleanup_ctx``, in order, so a shutdown
+commits buffered writes before the pool goes away.
 """
 
 from __future__ import annotations
@@ -91,6 +91,8 @@ def create_app(
     app[appkeys.SETTINGS] = settings
     app[appkeys.CONNINFO] = conninfo
     app.cleanup_ctx.append(_database)
+    if settings.otlp_grpc_port is not None:
+        app.cleanup_ctx.append(_otlp_grpc)  # after _database: it stores with its pool
     if settings.metrics_port:
         app.cleanup_ctx.append(lambda app: metrics.serve(recorder, settings.metrics_port))
     app[ingest.PRICES] = prices or PriceTable.load(settings.prices_file)
@@ -171,6 +173,22 @@ async def _database(app: web.Application) -> AsyncIterator[None]:
         await maintenance.stop()
         await keystore.stop()
         await pool.close()
+
+
+async def _otlp_grpc(app: web.Application) -> AsyncIterator[None]:
+    """OTLP/gRPC on its own port, storing as POST /v1/traces does. Stopped before the
+    pool closes (cleanup runs in reverse), so exports in flight still commit."""
+    # Imported only when on: grpcio is an optional extra (keelwave[grpc]).
+    from keelwave.server.ingest.otlp import grpc_service
+
+    settings = app[appkeys.SETTINGS]
+    service = grpc_service.TraceService(
+        app[appkeys.KEYSTORE], app[otlp.INGEST_KEY], settings.retry_after_seconds
+    )
+    async with grpc_service.serving(
+        service, settings.host, settings.otlp_grpc_port, settings.max_body_bytes
+    ):
+        yield
 
 
 async def _on_timescaledb(conninfo: str, connect_timeout: int) -> bool:

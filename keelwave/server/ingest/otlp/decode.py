@@ -1,4 +1,4 @@
-"""OTLP/HTTP trace exports, protobuf or JSON, decoded into one plain form.
+"""OTLP trace exports, protobuf (HTTP and gRPC) or JSON, decoded into one plain form.
 
 The two encodings differ in more than syntax: JSON carries trace and span ids
 as hex strings (not base64, as protobuf's own JSON mapping would), enums as

@@ -124,6 +124,12 @@ class Settings(BaseSettings):
         description="Also take OTLP/gRPC trace exports on this port, on the HTTP host (every "
         "worker serves it). Needs the grpc extra; unset: off (OTLP/HTTP is always on).",
     )
+    server_verdicts: bool = Field(
+        default=True,
+        description="Judge runs with the server's own detectors (detected loops, findings) as "
+        "their steps arrive. Off: this server only ingests, and another one (any server on "
+        "the same database) judges.",
+    )
     retry_after_seconds: int = Field(
         default=1, ge=1, description="Retry-After sent with 503 answers."
     )

@@ -59,6 +59,8 @@ def start(
         own = settings
         if settings.metrics_port:  # each process its own metrics port
             own = settings.model_copy(update={"metrics_port": settings.metrics_port + number + 1})
+        if number:  # one verdict keeper per server, never two doing the same work
+            own = own.model_copy(update={"server_verdicts": False})
         process = context.Process(
             target=_worker,
             args=(own.model_dump(mode="json"), conninfo, os.getpid(), listening),

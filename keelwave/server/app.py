@@ -146,7 +146,8 @@ async def _database(app: web.Application) -> AsyncIterator[None]:
         steps_committed=verdicts.wake,
     )
     writer.start()
-    verdicts.start()
+    if settings.server_verdicts:
+        verdicts.start()
     app[appkeys.METRICS].buffer_rows = lambda: writer.waiting_rows
     keystore = KeyStore(pool, conninfo, settings.key_cache_seconds)
     keystore.start()

@@ -3,22 +3,31 @@
 A run is *due* when the number of steps its verdict was computed from
 (``verdict_steps``) differs from its ``step_count``: the writer's every commit
 of steps makes it so, with no extra work in the writer's transaction. The
-:class:`VerdictKeeper` of each server process picks due runs right after the
-writer commits (the writer wakes it) and every half second anyway (the due runs
-of another process, or of before a restart), and for each:
+:class:`VerdictKeeper` picks due runs soon after the writer commits (the writer
+wakes it; rounds are at least ``MIN_GAP_SECONDS`` apart, so a run that gets
+several batches in a row is judged once for them) and every half second anyway
+(the due runs of another server, or of before a restart). A round:
 
-1. takes the run's lock (statements.py's rule 1), so no step of it commits
-   meanwhile and two keepers never interleave;
-2. reads its steps and runs the detectors (keelwave.server.findings);
-3. writes the verdict (``detected_loop``, ``detected_loop_step_index``,
-   ``findings``, ``verdict_steps``) and moves the run between the rollups'
-   verdict counters: its old share out, its new share in.
+1. reads the due runs' step counts and steps in one statement (one snapshot),
+   without locks: ingest never waits for a keeper that is reading;
+2. runs the detectors (keelwave.server.findings) in a thread, so the event loop
+   keeps answering ingest;
+3. in a short transaction under the runs' locks (statements.py's rule 1),
+   writes each verdict (``detected_loop``, ``detected_loop_step_index``,
+   ``findings``, ``verdict_steps``) if the run still has the steps it was judged
+   on, and moves it between the rollups' verdict counters (its old share out,
+   its new share in, in one statement). A run that got steps meanwhile stays
+   due and is judged again next round.
+
+Only the first worker of a ``serve`` judges (cli/workers.py): one keeper per
+server, never several doing the same work. Servers sharing a database may judge
+a run twice; the write makes that harmless.
 
 A run still going shows its loop within a moment of the step that made it. The
-detectors are linear in a run's steps, but a run is recomputed whole each
-time; so that a very long run sent in many small batches cannot keep a
-process busy, a run that took ``t`` seconds to judge is not judged again for
-``PACING × t`` seconds (its last steps are judged at the latest then).
+detectors are linear in a run's steps, but a run is judged whole each time; so
+that a very long run sent in many small batches cannot keep a server busy, a
+run that took ``t`` seconds to judge is not judged again for ``PACING × t``
+seconds (its last steps are judged at the latest then).
 """
 
 from __future__ import annotations
@@ -39,56 +48,61 @@ from keelwave.server.store import statements
 log = logging.getLogger("keelwave.verdicts")
 
 EVERY_SECONDS = 0.5  # how often due runs are looked for without a wake-up
-RUNS_PER_ROUND = 100  # runs judged in one transaction
+MIN_GAP_SECONDS = 0.2  # rounds are at least this far apart
+RUNS_PER_ROUND = 200
 PACING = 10  # a run is not judged again before 10× the time judging it took
 LOOPS = ("exact_loop", "cycle")  # the findings that make a detected loop
 
-CLAIMS = 0x6B7A  # pg_try_advisory_xact_lock(int, int) namespace: runs a keeper is judging
-# The runs due now that no other keeper (another worker or server) is judging:
-# claimed with a lock only keepers take and never wait for, so two keepers share
-# the work instead of doing it twice. (Claims come before the run locks, and
-# nothing else takes them: no lock cycle.)
+Key = tuple[uuid.UUID, uuid.UUID]  # (project, run)
+Verdict = tuple[bool, int | None, list[str]]
+
 DUE = """
-SELECT project_id, id FROM agent_runs
-WHERE verdict_steps <> step_count
-  AND pg_try_advisory_xact_lock(%s, hashtext(id::text))
+SELECT project_id, id FROM agent_runs WHERE verdict_steps <> step_count
 ORDER BY last_activity_at LIMIT %s
 """
-# Under the runs' locks: their step counts now, and every step, in order.
-COUNTS = """
-SELECT project_id, id, step_count FROM agent_runs r
-JOIN unnest(%(projects)s::uuid[], %(ids)s::uuid[]) AS k (project_id, id) USING (project_id, id)
-"""
-STEPS = """
-SELECT s.project_id, s.run_id, s.step_index, s.tool_name, s.tool_input::text, s.tool_output::text
-FROM unnest(%(projects)s::uuid[], %(ids)s::uuid[]) AS k (project_id, run_id)
-CROSS JOIN LATERAL (
+# The runs' step counts and every step, from one snapshot: the steps are those counted.
+READ = """
+WITH k AS (
+    SELECT * FROM unnest(%(projects)s::uuid[], %(ids)s::uuid[]) AS k (project_id, run_id)
+)
+SELECT r.project_id, r.id, r.step_count, NULL::int, NULL, NULL, NULL
+FROM agent_runs r JOIN k ON r.project_id = k.project_id AND r.id = k.run_id
+UNION ALL
+SELECT s.project_id, s.run_id, NULL, s.step_index, s.tool_name, s.tool_input::text,
+       s.tool_output::text
+FROM k CROSS JOIN LATERAL (
     SELECT * FROM agent_steps t WHERE t.project_id = k.project_id AND t.run_id = k.run_id
 ) s
-ORDER BY s.project_id, s.run_id, s.step_index
 """
-_SHARE_COLUMNS = ", ".join(statements.VERDICT_COUNTERS)
-# A run's share of the verdict counters, read from its row, staged ``sign`` times.
-STAGE_VERDICT_SHARES = f"""
-INSERT INTO kw_stage_rollups (project_id, agent_name, bucket, {_SHARE_COLUMNS})
-SELECT r.project_id, r.agent_name, date_trunc('hour', r.started_at, 'UTC'),
-       {statements.VERDICT_SHARES}
-FROM agent_runs r
-JOIN unnest(%(projects)s::uuid[], %(ids)s::uuid[]) AS k (project_id, id) USING (project_id, id)
-"""
-SAVE = """
-UPDATE agent_runs r SET detected_loop = v.detected, detected_loop_step_index = v.began,
-       findings = v.kinds::text[], verdict_steps = v.steps
-FROM (
+_INPUT = """
     SELECT * FROM unnest(%(projects)s::uuid[], %(ids)s::uuid[], %(detected)s::boolean[],
                          %(began)s::int[], %(kinds)s::text[], %(steps)s::int[])
-        AS v (project_id, id, detected, began, kinds, steps)
-) v
-WHERE r.project_id = v.project_id AND r.id = v.id
+        AS v (project_id, id, detected, began, kinds, steps)"""
+_SHARE_COLUMNS = ", ".join(statements.VERDICT_COUNTERS)
+# Save the verdicts of runs that still have the steps they were judged on, and stage
+# what that changes in the verdict counters (the old row's share out, the new one's
+# in; both CTEs read the rows as they were before the statement, RETURNING after).
+SAVE = f"""
+WITH v AS ({_INPUT}
+), old AS (
+    SELECT r.* FROM agent_runs r JOIN v ON r.project_id = v.project_id AND r.id = v.id
+    WHERE r.step_count = v.steps
+), new AS (
+    UPDATE agent_runs r SET detected_loop = v.detected, detected_loop_step_index = v.began,
+           findings = v.kinds::text[], verdict_steps = v.steps
+    FROM v WHERE r.project_id = v.project_id AND r.id = v.id AND r.step_count = v.steps
+    RETURNING r.*
+), shares AS (
+    SELECT r.*, -1 AS sign FROM old r UNION ALL SELECT r.*, 1 FROM new r
+)
+INSERT INTO kw_stage_rollups (project_id, agent_name, bucket, {_SHARE_COLUMNS})
+SELECT r.project_id, r.agent_name, date_trunc('hour', r.started_at, 'UTC'),
+       {statements.VERDICT_SHARES.replace("%(sign)s", "r.sign")}
+FROM shares r
 """
 
 
-def verdict(found: list[Finding]) -> tuple[bool, int | None, list[str]]:
+def verdict(found: list[Finding]) -> Verdict:
     """(detected loop, the step it began at, the kinds found) from a run's findings."""
     loops = [finding.began_at_step for finding in found if finding.kind in LOOPS]
     kinds = sorted({finding.kind for finding in found})
@@ -102,72 +116,65 @@ def _utf8(text: str | None) -> bytes | None:
 async def judge(
     pool: AsyncConnectionPool,
     limit: int = RUNS_PER_ROUND,
-    ready: Callable[[tuple[uuid.UUID, uuid.UUID]], bool] = lambda run: True,
-) -> dict[tuple[uuid.UUID, uuid.UUID], float]:
-    """Bring the verdicts of up to ``limit`` due runs that are ``ready`` up to date, in
-    one transaction; return the seconds the detectors took on each run judged."""
-    async with pool.connection() as conn, statements.transaction(conn), conn.cursor() as cur:
-        await cur.execute(DUE, (CLAIMS, limit))
-        runs = [run for run in await cur.fetchall() if ready(run)]
-        if not runs:
+    ready: Callable[[Key], bool] = lambda run: True,
+) -> dict[Key, float]:
+    """Bring the verdicts of up to ``limit`` due runs that are ``ready`` up to date;
+    return the seconds the detectors took on each run judged."""
+    async with pool.connection() as conn:
+        due = [run for run in await (await conn.execute(DUE, (limit,))).fetchall() if ready(run)]
+        if not due:
             return {}
-        keys = {"projects": [p for p, _ in runs], "ids": [r for _, r in runs]}
-        await statements.lock_runs(cur, {run_id.int for _, run_id in runs})
-        await cur.execute(COUNTS, keys)
-        counts = {(project, run): count for project, run, count in await cur.fetchall()}
-        await cur.execute(STEPS, keys)
-        steps: dict[tuple[uuid.UUID, uuid.UUID], list[StepView]] = {key: [] for key in counts}
-        for project, run, index, tool, tool_input, tool_output in await cur.fetchall():
-            if (project, run) in steps:
-                steps[(project, run)].append(
-                    StepView(index, tool, _utf8(tool_input), _utf8(tool_output))
-                )
-        # In a thread: a long run takes the detectors a while, and the event loop
-        # keeps answering ingest meanwhile.
-        judged = await asyncio.to_thread(_judge_all, steps)
-        columns: dict[str, list[Any]] = {
-            "projects": [p for p, _ in judged],
-            "ids": [r for _, r in judged],
-            "detected": [v[0] for v, _ in judged.values()],
-            "began": [v[1] for v, _ in judged.values()],
-            # As array literals: unnest would flatten an array of arrays.
-            "kinds": ["{" + ",".join(v[2]) + "}" for v, _ in judged.values()],
-            # The count read under the lock: the steps just judged.
-            "steps": [counts[key] for key in judged],
-        }
-        shares = {"projects": columns["projects"], "ids": columns["ids"]}
-        await cur.execute(STAGE_VERDICT_SHARES, {**shares, "sign": -1})
+        keys = {"projects": [p for p, _ in due], "ids": [r for _, r in due]}
+        counts: dict[Key, int] = {}
+        steps: dict[Key, list[StepView]] = {}
+        for project, run, count, index, tool, tool_input, tool_output in await (
+            await conn.execute(READ, keys)
+        ).fetchall():
+            if count is not None:
+                counts[(project, run)] = count
+            else:
+                view = StepView(index, tool, _utf8(tool_input), _utf8(tool_output))
+                steps.setdefault((project, run), []).append(view)
+    judged = await asyncio.to_thread(_judge_all, {key: steps.get(key, []) for key in counts})
+    if not judged:
+        return {}
+    columns: dict[str, list[Any]] = {
+        "projects": [p for p, _ in judged],
+        "ids": [r for _, r in judged],
+        "detected": [v[0] for v, _ in judged.values()],
+        "began": [v[1] for v, _ in judged.values()],
+        # As array literals: unnest would flatten an array of arrays.
+        "kinds": ["{" + ",".join(v[2]) + "}" for v, _ in judged.values()],
+        "steps": [counts[key] for key in judged],  # what the verdict was computed from
+    }
+    async with pool.connection() as conn, statements.transaction(conn), conn.cursor() as cur:
+        await statements.lock_runs(cur, {run_id.int for _, run_id in judged})
         await cur.execute(SAVE, columns)
-        await cur.execute(STAGE_VERDICT_SHARES, {**shares, "sign": 1})
         await cur.execute(statements.MERGE_ROLLUPS)
     return {key: seconds for key, (_, seconds) in judged.items()}
 
 
-Verdict = tuple[bool, int | None, list[str]]
-
-
-def _judge_all(
-    steps: dict[tuple[uuid.UUID, uuid.UUID], list[StepView]],
-) -> dict[tuple[uuid.UUID, uuid.UUID], tuple[Verdict, float]]:
+def _judge_all(steps: dict[Key, list[StepView]]) -> dict[Key, tuple[Verdict, float]]:
     judged = {}
     for key, views in steps.items():
+        views.sort(key=lambda view: view.step_index)
         started = time.perf_counter()
         judged[key] = (verdict(findings(views)), time.perf_counter() - started)
     return judged
 
 
 class VerdictKeeper:
-    """Judges due runs in the background of ``serve``: woken by the writer's commits,
+    """Judges due runs in the background of ``serve``: soon after the writer's commits,
     and every EVERY_SECONDS regardless."""
 
     def __init__(self, pool: AsyncConnectionPool) -> None:
         self._pool = pool
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task | None = None
-        self._not_before: dict[tuple[uuid.UUID, uuid.UUID], float] = {}  # see PACING
+        self._not_before: dict[Key, float] = {}  # see PACING
 
     def wake(self) -> None:
-        """Steps were committed: look for due runs now."""
+        """Steps were committed: look for due runs soon."""
         self._wakeup.set()
 
     def start(self) -> None:
@@ -189,7 +196,7 @@ class VerdictKeeper:
         )
         for key, seconds in spent.items():
             self._not_before[key] = now + PACING * seconds
-        if len(self._not_before) > 100 * RUNS_PER_ROUND:  # forget what is long past
+        if len(self._not_before) > 50 * RUNS_PER_ROUND:  # forget what is long past
             self._not_before = {k: t for k, t in self._not_before.items() if t > now}
         return len(spent)
 
@@ -200,6 +207,7 @@ class VerdictKeeper:
             except TimeoutError:
                 pass
             self._wakeup.clear()
+            started = time.monotonic()
             try:
                 while await self.round() == RUNS_PER_ROUND:
                     pass  # more are due: keep going
@@ -207,3 +215,4 @@ class VerdictKeeper:
                 log.debug("verdicts skipped a round: %s", error)
             except Exception:  # never let a bug stop the verdicts for good
                 log.exception("verdicts failed")
+            await asyncio.sleep(max(0.0, MIN_GAP_SECONDS - (time.monotonic() - started)))

@@ -145,6 +145,25 @@ def dumps(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
+# The keys below are pure functions of the payload's bytes, and the server judges a
+# run again each time it grows (store/verdicts.py): the same inputs and outputs come
+# back, so each process remembers the latest keys it computed. (bytes only: a
+# memoryview is unhashable, and is converted first.)
+KEY_CACHE_SIZE = 32_768
+
+
+def _remembered(function):
+    cached = lru_cache(maxsize=KEY_CACHE_SIZE)(function)
+
+    def key(raw: bytes | bytearray | memoryview | None):
+        return cached(bytes(raw) if raw is not None and not isinstance(raw, bytes) else raw)
+
+    key.__doc__ = function.__doc__
+    key.cache_clear = cached.cache_clear  # type: ignore[attr-defined]
+    return key
+
+
+@_remembered
 def canonical(raw: bytes | None) -> str | None:
     """Canonical JSON of a payload, None when there is none."""
     if raw is None:
@@ -155,6 +174,7 @@ def canonical(raw: bytes | None) -> str | None:
         return opaque(raw)
 
 
+@_remembered
 def near_key(raw: bytes | None) -> str:
     """The input with formatting removed and volatile values masked (module docstring)."""
     value = parse(raw)
@@ -168,6 +188,7 @@ def near_key(raw: bytes | None) -> str:
         return opaque(raw or b"")
 
 
+@_remembered
 def formatting_key(raw: bytes | None) -> str:
     """The input with formatting removed but nothing masked: says, for a near-duplicate,
     whether only formatting differed."""

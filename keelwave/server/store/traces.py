@@ -31,7 +31,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+import msgspec
 import psycopg
+from psycopg.adapt import PyFormat
 from psycopg_pool import AsyncConnectionPool
 
 from keelwave.server.store import statements, tool_rollups
@@ -41,9 +43,12 @@ TRACE_LOCKS = 0x6B79  # pg_advisory_xact_lock(int, int) namespace of OTLP traces
 DIGEST_BYTES = 16
 
 
+_pack = msgspec.msgpack.Encoder().encode  # UUIDs, datetimes, bytes: all in C
+
+
 def digest(*values: Any) -> bytes:
     """A short digest of a row's values, to tell whether it changed."""
-    return hashlib.blake2b(repr(values).encode(), digest_size=DIGEST_BYTES).digest()
+    return hashlib.blake2b(_pack(values), digest_size=DIGEST_BYTES).digest()
 
 
 @dataclass(slots=True)
@@ -100,6 +105,8 @@ class _Plan:
     keep_steps: dict[uuid.UUID, int] = field(default_factory=dict)
     stale_calls: list[tuple[uuid.UUID, uuid.UUID]] = field(default_factory=list)
     rows: list[tuple[bytes, RunRow]] = field(default_factory=list)  # (trace, run) to write
+    digests: list[tuple[bytes, bytes, bytes]] = field(default_factory=list)  # row, steps, calls
+    rejudge: list[bool] = field(default_factory=list)  # steps renumbered or removed
     steps: list[tuple] = field(default_factory=list)
     calls: list[tuple] = field(default_factory=list)
 
@@ -124,7 +131,8 @@ async def store_export(
             "SELECT pg_advisory_xact_lock(%s, key) FROM unnest(%s::int[]) AS key",
             (TRACE_LOCKS, keys),
         )
-        await cur.execute(INSERT_SPANS, _span_columns(project_id, spans))
+        await _stage_spans(cur, project_id, spans)
+        await cur.execute(INSERT_SPANS)
         grown = sorted({trace for (trace,) in await cur.fetchall()})
         if not grown:
             return 0
@@ -182,8 +190,9 @@ def _compare(
         before = previous.get(run.id)
         step_digests = [digest(*step) for step in run.steps]
         call_digests = [digest(*call) for call in run.calls]
+        row_digest = run.row_digest()
         if before is not None and (
-            before.digest == run.row_digest()
+            before.digest == row_digest
             and before.steps == step_digests
             and [d for _, d in before.calls] == call_digests
         ):
@@ -192,6 +201,11 @@ def _compare(
         plan.rows.append((trace, run))
         kept_steps = _common_prefix(before.steps if before else [], step_digests)
         plan.keep_steps[run.id] = kept_steps
+        calls = b"".join(call[1].bytes + d for call, d in zip(run.calls, call_digests, strict=True))
+        plan.digests.append((row_digest, b"".join(step_digests), calls))
+        # Appended steps make the run's verdict due by themselves (verdicts.py); steps
+        # renumbered or taken away must make it so.
+        plan.rejudge.append(before is not None and kept_steps < len(before.steps))
         plan.steps += run.steps[kept_steps:]
         kept_calls = _common_prefix([d for _, d in before.calls] if before else [], call_digests)
         if before is not None:
@@ -239,10 +253,11 @@ async def _apply(cur: psycopg.AsyncCursor, project_id: uuid.UUID, plan: _Plan) -
     await _copy(cur, "agent_steps", statements.STEP_COLUMNS, plan.steps)
     await _copy(cur, "ai_traces", statements.TRACE_COLUMNS, plan.calls)
     if plan.rows:
-        await cur.execute(UPSERT_RUNS, _run_columns(project_id, [run for _, run in plan.rows]))
+        columns = _run_columns(project_id, [run for _, run in plan.rows])
+        await cur.execute(UPSERT_RUNS, {**columns, "rejudge": plan.rejudge})
     await cur.execute(STAGE_SHARES, {**ids, "sign": 1})
     if plan.rows:
-        await cur.execute(SAVE_DIGESTS, _digest_columns(project_id, plan.rows))
+        await cur.execute(SAVE_DIGESTS, _digest_columns(project_id, plan))
     await cur.execute(statements.MERGE_ROLLUPS)
 
 
@@ -258,13 +273,20 @@ async def _copy(
             await copy.write_row(row)
 
 
-def _span_columns(project_id: uuid.UUID, spans: Sequence[tuple[bytes, bytes, bytes]]) -> tuple:
-    return (
-        project_id,
-        [trace for trace, _, _ in spans],
-        [span_id for _, span_id, _ in spans],
-        [span for _, _, span in spans],
-    )
+async def _stage_spans(
+    cur: psycopg.AsyncCursor, project_id: uuid.UUID, spans: Sequence[tuple[bytes, bytes, bytes]]
+) -> None:
+    """The export's spans into kw_stage_spans by binary COPY: as query parameters they
+    would be hex-encoded (in Python) and parsed back, twice their size each way."""
+    await cur.execute(STAGE_SPANS_DDL)
+    # The C dumper of bytes for bytea (psycopg picks a Python one by type): lane.py.
+    cur.connection.adapters.register_dumper(bytes, psycopg.adapters.get_dumper(bytes, _BINARY))
+    async with cur.copy(
+        "COPY kw_stage_spans (project_id, trace_id, span_id, span) FROM STDIN (FORMAT BINARY)"
+    ) as copy:
+        copy.set_types(("uuid", "bytea", "bytea", "bytea"))
+        for trace, span_id, span in spans:
+            await copy.write_row((project_id, trace, span_id, span))
 
 
 def _run_columns(project_id: uuid.UUID, runs: list[RunRow]) -> dict[str, Any]:
@@ -290,20 +312,27 @@ def _run_columns(project_id: uuid.UUID, runs: list[RunRow]) -> dict[str, Any]:
     }
 
 
-def _digest_columns(project_id: uuid.UUID, rows: list[tuple[bytes, RunRow]]) -> dict[str, Any]:
+def _digest_columns(project_id: uuid.UUID, plan: _Plan) -> dict[str, Any]:
     return {
         "project_id": project_id,
-        "traces": [trace for trace, _ in rows],
-        "runs": [run.id for _, run in rows],
-        "digests": [run.row_digest() for _, run in rows],
-        "steps": [b"".join(digest(*step) for step in run.steps) for _, run in rows],
-        "calls": [b"".join(call[1].bytes + digest(*call) for call in run.calls) for _, run in rows],
+        "traces": [trace for trace, _ in plan.rows],
+        "runs": [run.id for _, run in plan.rows],
+        "digests": [row for row, _, _ in plan.digests],
+        "steps": [steps for _, steps, _ in plan.digests],
+        "calls": [calls for _, _, calls in plan.digests],
     }
 
 
+_BINARY = PyFormat.BINARY
+# Made where the transaction runs (behind a transaction pooler, any session); emptied
+# at its commit. Its notice is silenced by statements.transaction.
+STAGE_SPANS_DDL = (
+    "CREATE TEMP TABLE IF NOT EXISTS kw_stage_spans "
+    "(LIKE otlp_spans INCLUDING DEFAULTS) ON COMMIT DELETE ROWS"
+)
 INSERT_SPANS = """
 INSERT INTO otlp_spans (project_id, trace_id, span_id, span)
-SELECT %s, * FROM unnest(%s::bytea[], %s::bytea[], %s::bytea[])
+SELECT project_id, trace_id, span_id, span FROM kw_stage_spans
 ON CONFLICT DO NOTHING
 RETURNING trace_id
 """
@@ -377,10 +406,10 @@ WITH input AS (
         %(ended)s::timestamptz[], %(reasons)s::text[], %(loops)s::boolean[],
         %(loop_steps)s::int[], %(inputs)s::text[], %(outputs)s::text[], %(metadata)s::text[],
         %(errors)s::text[], %(steps)s::int[], %(calls)s::int[], %(input_tokens)s::int8[],
-        %(output_tokens)s::int8[], %(costs)s::float8[]
+        %(output_tokens)s::int8[], %(costs)s::float8[], %(rejudge)s::boolean[]
     ) AS i (id, agent_name, parent_run_id, started_at, ended_at, reason, loop_detected,
             loop_step_index, input, output, metadata, error, steps, calls, input_tokens,
-            output_tokens, cost_usd)
+            output_tokens, cost_usd, rejudge)
 ), updated AS (
     UPDATE agent_runs r SET
         agent_name = i.agent_name, parent_run_id = i.parent_run_id, started_at = i.started_at,
@@ -394,7 +423,8 @@ WITH input AS (
         input = i.input::json, output = i.output::json, metadata = i.metadata::json,
         error = i.error, step_count = i.steps, llm_calls = i.calls,
         input_tokens = i.input_tokens, output_tokens = i.output_tokens, cost_usd = i.cost_usd,
-        last_activity_at = now(), verdict_steps = -1  -- steps may be renumbered: judge again
+        last_activity_at = now(),
+        verdict_steps = CASE WHEN i.rejudge THEN -1 ELSE r.verdict_steps END
     FROM input i WHERE r.project_id = %(project_id)s AND r.id = i.id
     RETURNING r.id
 )

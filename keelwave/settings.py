@@ -124,6 +124,17 @@ class Settings(BaseSettings):
         description="Also take OTLP/gRPC trace exports on this port, on the HTTP host (every "
         "worker serves it). Needs the grpc extra; unset: off (OTLP/HTTP is always on).",
     )
+    alerts_allow_private_destinations: bool = Field(
+        default=False,
+        description="Let alert destinations resolve to loopback, private, link-local or "
+        "metadata addresses (an internal Slack proxy; a local test receiver). Off: refused, "
+        "when a destination is made and again at each delivery.",
+    )
+    public_url: str | None = Field(
+        default=None,
+        description="The dashboard's address as people reach it (https://keelwave.example.com), "
+        "for the links in alerts. Unset: http://HOST:PORT.",
+    )
     server_verdicts: bool = Field(
         default=True,
         description="Judge runs with the server's own detectors (detected loops, findings) as "

@@ -15,7 +15,7 @@ from typing import Annotated
 import typer
 
 from keelwave import __version__
-from keelwave.cli import demo, keys, migrate, query, serve, tui
+from keelwave.cli import alerts, demo, keys, migrate, query, serve, tui
 from keelwave.cli.common import new_app
 
 app = new_app(
@@ -55,4 +55,5 @@ app.add_typer(query.runs_app, name="runs")
 app.command("loops")(query.loops)
 app.command("findings")(query.findings)
 app.command("summary")(query.summary)
+app.add_typer(alerts.app, name="alerts")
 app.command("tui")(tui.tui)

@@ -40,6 +40,21 @@ class Api:
         query = {key: value for key, value in params.items() if value is not None}
         url = self.endpoint + path + ("?" + urllib.parse.urlencode(query) if query else "")
         request = urllib.request.Request(url, headers={"Authorization": f"Bearer {self._key}"})
+        return self._answer(request)
+
+    def send(self, method: str, path: str, body: Any = None) -> Any:
+        """POST, PATCH or DELETE ``path`` with a JSON ``body``; the whole JSON answer."""
+        headers = {"Authorization": f"Bearer {self._key}"}
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode()
+            headers["Content-Type"] = "application/json"
+        request = urllib.request.Request(
+            self.endpoint + path, data=data, headers=headers, method=method
+        )
+        return self._answer(request)
+
+    def _answer(self, request: urllib.request.Request) -> Any:
         try:
             with urllib.request.urlopen(request, timeout=self._timeout) as response:
                 return json.load(response)

@@ -15,6 +15,10 @@ import psycopg
 from aiohttp import web
 from psycopg_pool import AsyncConnectionPool
 
+from keelwave.server.alerts import routes as alerts
+from keelwave.server.alerts.delivery import DELIVERER, Deliverer
+from keelwave.server.alerts.destinations import dashboard_url
+from keelwave.server.alerts.evaluator import Evaluator
 from keelwave.server.http import appkeys, dashboard, health, metrics, openapi
 from keelwave.server.http.auth import KeyStore
 from keelwave.server.http.errors import error_middleware
@@ -38,6 +42,7 @@ ROUTE_TABLES = (
     health.routes,
     ingest.routes,
     otlp.routes,
+    alerts.routes,
     loops.routes,
     openapi.routes,
     aggregates.routes,
@@ -165,14 +170,24 @@ async def _database(app: web.Application) -> AsyncIterator[None]:
         settings.retry_after_seconds,
         stored=verdicts.wake,
     )
+    # Every process sends what is in the alert outbox (leases keep sends apart).
+    deliverer = Deliverer(pool, allow_private=settings.alerts_allow_private_destinations)
+    deliverer.start()
+    app[DELIVERER] = deliverer
+    evaluator = Evaluator(
+        pool, settings.stall_after_seconds, dashboard_url(settings), fired=deliverer.wake
+    )
+    evaluator.start()
     try:
         yield
     finally:
+        await evaluator.stop()
         await writer.close()
         await verdicts.stop()
         await reaper.stop()
         await maintenance.stop()
         await keystore.stop()
+        await deliverer.stop()  # its last sends are recorded while the pool is open
         await pool.close()
 
 

@@ -37,6 +37,10 @@ class Param:
 PATH_PARAMS = {
     "project_id": Param("project_id", str, "The key's project, by id or name.", required=True),
     "run_id": Param("run_id", uuid.UUID, "The run's id.", required=True),
+    "destination_id": Param(
+        "destination_id", uuid.UUID, "The alert destination's id.", required=True
+    ),
+    "rule_id": Param("rule_id", uuid.UUID, "The alert rule's id.", required=True),
 }
 _PATH_PARAM = re.compile(r"\{(\w+)\}")
 
@@ -81,6 +85,12 @@ class ApiRoutes(web.RouteTableDef):
 
     def post(self, path: str, **documented: Any) -> Callable[[Handler], Handler]:  # type: ignore[override]
         return self._operation("POST", path, **documented)
+
+    def patch(self, path: str, **documented: Any) -> Callable[[Handler], Handler]:  # type: ignore[override]
+        return self._operation("PATCH", path, **documented)
+
+    def delete(self, path: str, **documented: Any) -> Callable[[Handler], Handler]:  # type: ignore[override]
+        return self._operation("DELETE", path, **documented)
 
     def _operation(
         self,

@@ -138,7 +138,7 @@ async def window_counters(
     return await (await conn.execute(sql, args)).fetchall()
 
 
-def _counters(row: tuple | None) -> dict[str, float]:
+def counters(row: tuple | None) -> dict[str, float]:
     values = row or (None,) * len(ROLLUP_COUNTERS)
     # sum() of bigint is numeric in PostgreSQL: back to int (or float for money).
     return {
@@ -230,7 +230,7 @@ async def _summary_of(
     conn: AsyncConnection, request: web.Request, project_id: str, window: Window
 ) -> dict[str, Any]:
     [row] = await window_counters(conn, project_id, window)
-    totals = _counters(row)
+    totals = counters(row)
     args = {
         "project": project_id,
         "since": window.since,
@@ -306,7 +306,7 @@ async def health(request: web.Request) -> web.Response:
     }
     async with request.app[appkeys.POOL].connection() as conn:
         rows = await window_counters(conn, project_id, window, group="agent_name")
-        finished = sum(_counters(tuple(values))["finished_runs"] for _, *values in rows)
+        finished = sum(counters(tuple(values))["finished_runs"] for _, *values in rows)
         percentiles = await duration_percentiles(
             conn, request, project_id, window, finished, per_agent=True
         )
@@ -319,7 +319,7 @@ async def health(request: web.Request) -> web.Response:
         )
         agents = []
         for agent_name, *values in rows:
-            totals = _counters(tuple(values))
+            totals = counters(tuple(values))
             if not totals["runs"]:
                 continue
             (last_run,) = await (
@@ -372,11 +372,11 @@ async def timeseries(request: web.Request) -> web.Response:
         rows = await window_counters(
             conn, project_id, window, group="t", agent_name=agent_name, bucket=size
         )
-    by_start = {start: _counters(tuple(values)) for start, *values in rows}
+    by_start = {start: counters(tuple(values)) for start, *values in rows}
     buckets = []
     start = _floor(window.since, size)
     while start < window.until:
-        totals = by_start.get(start) or _counters(None)
+        totals = by_start.get(start) or counters(None)
         buckets.append(
             {
                 "start": start,
@@ -410,7 +410,7 @@ async def terminations(request: web.Request) -> web.Response:
     window = params.window(request)
     async with request.app[appkeys.POOL].connection() as conn:
         [row] = await window_counters(conn, project_id, window)
-    totals = _counters(row)
+    totals = counters(row)
     data: list[dict[str, Any]] = [
         {"termination_reason": reason, "count": totals[f"term_{reason}"]}
         for reason in TERMINATION_REASONS

@@ -57,6 +57,14 @@ def template_database() -> Iterator[str]:
     name = f"kw_template_{os.getpid()}"
     url = create_database(name)
     migrate.upgrade(url)
+    with psycopg.connect(url, autocommit=True) as conn:
+        if conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'timescaledb'").fetchone():
+            # TimescaleDB restarts its job scheduler in a template being copied, and the
+            # scheduler's session can make CREATE DATABASE … TEMPLATE fail (its issue
+            # #4048). A template that takes no connections gets no scheduler.
+            conn.execute("SELECT _timescaledb_functions.stop_background_workers()")
+    with _admin() as conn:
+        conn.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
     yield name
     drop_database(name)
 

@@ -9,7 +9,9 @@ same spans always give the same rows.
 
 from __future__ import annotations
 
+import functools
 import uuid
+from collections import OrderedDict
 from datetime import UTC, datetime, timedelta
 
 from keelwave.protocol import NAME_MAX_LENGTH, TOKEN_COUNT_MAX
@@ -21,12 +23,32 @@ from keelwave.server.store.traces import Projection, RunRow
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
+# A trace is mapped again each time an export brings more of it: each process keeps
+# what the latest traces' tool and model spans mapped to (mapping.Memo), per trace,
+# for the traces seen most recently.
+MEMO_TRACES = 1024  # traces in flight at once; a trace holds ~1 KB a step
+_memos: OrderedDict[tuple[uuid.UUID, bytes], mapping.Memo] = OrderedDict()
+
+
+def _memo(project_id: uuid.UUID, trace_id: bytes) -> mapping.Memo:
+    key = (project_id, trace_id)
+    memo = _memos.get(key)
+    if memo is None:
+        memo = _memos[key] = {}
+        if len(_memos) > MEMO_TRACES:
+            _memos.popitem(last=False)
+    else:
+        _memos.move_to_end(key)
+    return memo
+
+
 def projection(project_id: uuid.UUID, prices: PriceTable) -> Projection:
     """What the store calls with a trace's stored spans, for one project."""
 
     def project(trace_id: bytes, blobs: list[bytes]) -> list[RunRow]:
         spans = [stored.decode(blob) for blob in blobs]
-        return [_row(project_id, trace_id, run, prices) for run in mapping.map_trace(spans)]
+        runs = mapping.map_trace(spans, _memo(project_id, trace_id))
+        return [_row(project_id, trace_id, run, prices) for run in runs]
 
     return project
 
@@ -44,6 +66,7 @@ def text(value: str | None) -> str | None:
     return value.replace("\x00", "\ufffd") if value is not None else None
 
 
+@functools.lru_cache(maxsize=65_536)
 def call_id(trace_id: bytes, span_id: bytes) -> uuid.UUID:
     return uuid.uuid5(mapping.RUN_NAMESPACE, f"call:{trace_id.hex()}:{span_id.hex()}")
 

@@ -90,6 +90,22 @@ def agent_name(span: Span) -> str | None:
     return str(name) if name is not None else None
 
 
+def handed_off_by(span: Span) -> str | None:
+    """The agent that handed off to this one (OpenInference's OpenAI Agents
+    ``graph.node.parent_id``, on the agent span a handoff starts), if any."""
+    name = span.attributes.get("graph.node.parent_id")
+    return str(name) if name not in (None, "") else None
+
+
+def graph_namespace(span: Span) -> str | None:
+    """LangGraph's ``langgraph_checkpoint_ns`` of the span: ``node:id``, and
+    ``outer|inner`` for the nodes of a graph that runs inside another's node."""
+    if "metadata" not in span.attributes:
+        return None
+    namespace = _metadata(span).get("langgraph_checkpoint_ns")
+    return namespace if isinstance(namespace, str) and namespace else None
+
+
 def tool_name(span: Span) -> str:
     name = _first(span.attributes, "gen_ai.tool.name", "tool.name", "traceloop.entity.name")
     if name is None:

@@ -10,7 +10,9 @@ of it arrives.
 - A run is an agent span (conventions.role). A workflow span without a name
   of its own that wraps exactly one agent (the OpenAI Agents SDK's "Agent
   workflow") is that agent's run, not a run around it. The nearest enclosing
-  run is the parent run. A trace with no agent span is one run, from its root
+  run is the parent run, except for the target of a handoff, whose parent is
+  the agent that handed off. A LangGraph graph invoked in a tool is a run (a
+  child of the tool's run). A trace with no agent span is one run, from its root
   (if it has any tool or model span at all: other traces make no run).
 - Spans arrive children first: a tool span whose ancestors have not all
   arrived yet belongs, for now, to a *provisional* run keyed by the nearest
@@ -35,6 +37,7 @@ of it arrives.
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -103,7 +106,13 @@ def run_id(trace_id: bytes, span_id: bytes) -> uuid.UUID:
     return uuid.uuid5(RUN_NAMESPACE, f"{trace_id.hex()}:{span_id.hex()}")
 
 
-def map_trace(spans: list[Span]) -> list[MappedRun]:
+# What a tool or model span maps to is a function of that span alone, and a span is
+# stored once: a caller mapping a trace again as more of it arrives can pass a memo
+# (per project: ids are the client's) so that old spans are not read again.
+Memo = dict[bytes, "MappedStep | MappedCall"]
+
+
+def map_trace(spans: list[Span], memo: Memo | None = None) -> list[MappedRun]:
     """The runs of one trace's spans (see the module's docstring)."""
     unique: dict[bytes, Span] = {}
     for span in sorted(spans, key=lambda s: (s.span_id, -s.end_ns, s.name)):
@@ -111,6 +120,7 @@ def map_trace(spans: list[Span]) -> list[MappedRun]:
     if not unique:
         return []
     roles = {span_id: c.role(span) for span_id, span in unique.items()}
+    _graphs_in_tools(unique, roles)
     runs = _run_spans(unique, roles)
     trace_id = next(iter(unique.values())).trace_id
     roots = sorted((s for s in unique.values() if s.parent_span_id is None), key=_start)
@@ -141,15 +151,19 @@ def map_trace(spans: list[Span]) -> list[MappedRun]:
     for key in sorted(set(runs) | set(members)):
         span = unique.get(key)  # None for a provisional run
         parent = owner(span) if key in runs and span is not None else None
+        if key in runs and span is not None:
+            parent = _handed_off_by(span, runs, unique, owner) or parent
         mapped[key] = _run(trace_id, key, span, runs.get(key), parent, members.get(key, []))
     for key, run in mapped.items():
         spans_of_run = members.get(key, [])
         tools = sorted(
             (s for s in spans_of_run if roles[s.span_id] in (c.TOOL, c.RETRIEVER)), key=_start
         )
-        run.steps = [_step(span, roles[span.span_id], n) for n, span in enumerate(tools, start=1)]
+        run.steps = [
+            _step(span, roles[span.span_id], n, memo) for n, span in enumerate(tools, start=1)
+        ]
         calls = sorted((s for s in spans_of_run if roles[s.span_id] == c.MODEL), key=_start)
-        run.calls = [_call(span) for span in calls]
+        run.calls = [_call(span, memo) for span in calls]
         _link_calls(run)
         run.loop_step_index = _loop_began(run.steps)
         if not run.provisional:
@@ -227,13 +241,62 @@ def _run_spans(unique: dict[bytes, Span], roles: dict[bytes, str]) -> dict[bytes
     return runs
 
 
+def _graphs_in_tools(unique: dict[bytes, Span], roles: dict[bytes, str]) -> None:
+    """A LangGraph graph invoked inside a tool (OpenInference): its span inherits the
+    calling node's metadata, langgraph_step and all, so role() takes it for part of
+    that node (and storage keeps only its place in the tree). The tool and model calls
+    inside it tell: their langgraph_checkpoint_ns extends the tool's with "|". The
+    graph is the span just below the tool on their way up: an agent of its own."""
+    for span in unique.values():
+        inner = c.graph_namespace(span) if roles[span.span_id] != c.OTHER else None
+        if inner is None or "|" not in inner:
+            continue
+        below, parent, depth = span, span.parent_span_id, 0
+        while parent in unique and roles[parent] != c.AGENT and depth < MAX_DEPTH:
+            if roles[parent] == c.TOOL:
+                outer = c.graph_namespace(unique[parent])
+                if outer and inner.startswith(outer + "|") and roles[below.span_id] == c.OTHER:
+                    roles[below.span_id] = c.AGENT
+                break
+            below, parent, depth = unique[parent], unique[parent].parent_span_id, depth + 1
+
+
+def _handed_off_by(
+    span: Span, runs: dict[bytes, str], unique: dict[bytes, Span], owner
+) -> bytes | None:
+    """The run that handed off to this agent: the latest agent of that name that
+    started before it, next to it in the same enclosing run (OpenAI Agents SDK
+    handoffs, whose agent spans are siblings under the workflow)."""
+    name = c.handed_off_by(span)
+    if name is None:
+        return None
+    home = owner(span)
+    candidates = [
+        unique[key]
+        for key, agent in runs.items()
+        if agent == name and key != span.span_id and unique[key].start_ns <= span.start_ns
+        and owner(unique[key]) == home
+    ]  # fmt: skip
+    return max(candidates, key=_start).span_id if candidates else None
+
+
 def _millis(span: Span) -> float | None:
     if span.end_ns and span.start_ns and span.end_ns >= span.start_ns:
         return (span.end_ns - span.start_ns) / 1e6
     return None
 
 
-def _step(span: Span, role: str, index: int) -> MappedStep:
+def _step(span: Span, role: str, index: int, memo: Memo | None = None) -> MappedStep:
+    known = memo.get(span.span_id) if memo is not None else None
+    if isinstance(known, MappedStep):
+        return dataclasses.replace(known, step_index=index)
+    step = _new_step(span, role, index)
+    if memo is not None:
+        memo[span.span_id] = step
+    return step
+
+
+def _new_step(span: Span, role: str, index: int) -> MappedStep:
     name, arguments = c.tool_name(span), c.tool_input(span)
     return MappedStep(
         span_id=span.span_id,
@@ -250,7 +313,17 @@ def _step(span: Span, role: str, index: int) -> MappedStep:
     )
 
 
-def _call(span: Span) -> MappedCall:
+def _call(span: Span, memo: Memo | None = None) -> MappedCall:
+    known = memo.get(span.span_id) if memo is not None else None
+    if isinstance(known, MappedCall):
+        return dataclasses.replace(known)  # a copy: its step is set per mapping
+    call = _new_call(span)
+    if memo is not None:
+        memo[span.span_id] = dataclasses.replace(call)
+    return call
+
+
+def _new_call(span: Span) -> MappedCall:
     details = c.model_call(span)
     failure = c.error(span)
     return MappedCall(

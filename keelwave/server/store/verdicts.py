@@ -23,11 +23,14 @@ Only the first worker of a ``serve`` judges (cli/workers.py): one keeper per
 server, never several doing the same work. Servers sharing a database may judge
 a run twice; the write makes that harmless.
 
-A run still going shows its loop within a moment of the step that made it. The
-detectors are linear in a run's steps, but a run is judged whole each time; so
-that a very long run sent in many small batches cannot keep a server busy, a
-run that took ``t`` seconds to judge is not judged again for ``PACING × t``
-seconds (its last steps are judged at the latest then).
+A run is judged whole each time, so when matters. A run that has ended, or that
+has been quiet for QUIET_SECONDS, is judged at the next round; one still
+receiving steps is judged once it has waited MAX_WAIT_SECONDS: an agent that
+sends a burst of batches is judged once for the burst, and a running run shows
+its loop within about two seconds of the step that made it, however busy. A run
+that took ``t`` seconds to judge is not judged again for ``PACING × t`` seconds,
+so a very long run sent in many small batches cannot keep a server busy. (The
+detectors remember the keys of payloads they have seen: findings/normalise.py.)
 """
 
 from __future__ import annotations
@@ -49,6 +52,8 @@ log = logging.getLogger("keelwave.verdicts")
 
 EVERY_SECONDS = 0.5  # how often due runs are looked for without a wake-up
 MIN_GAP_SECONDS = 0.2  # rounds are at least this far apart
+QUIET_SECONDS = 0.5  # a run still going is judged once quiet this long…
+MAX_WAIT_SECONDS = 2.0  # …or once it has waited this long (an agent that never pauses)
 RUNS_PER_ROUND = 200
 PACING = 10  # a run is not judged again before 10× the time judging it took
 LOOPS = ("exact_loop", "cycle")  # the findings that make a detected loop
@@ -56,8 +61,12 @@ LOOPS = ("exact_loop", "cycle")  # the findings that make a detected loop
 Key = tuple[uuid.UUID, uuid.UUID]  # (project, run)
 Verdict = tuple[bool, int | None, list[str]]
 
+# Due runs, and whether each has settled: ended, or quiet for a moment (an agent
+# sending a burst of batches is judged once for the burst).
 DUE = """
-SELECT project_id, id FROM agent_runs WHERE verdict_steps <> step_count
+SELECT project_id, id,
+       ended_at IS NOT NULL OR last_activity_at < now() - make_interval(secs => %s) AS settled
+FROM agent_runs WHERE verdict_steps <> step_count
 ORDER BY last_activity_at LIMIT %s
 """
 # The runs' step counts and every step, from one snapshot: the steps are those counted.
@@ -116,12 +125,14 @@ def _utf8(text: str | None) -> bytes | None:
 async def judge(
     pool: AsyncConnectionPool,
     limit: int = RUNS_PER_ROUND,
-    ready: Callable[[Key], bool] = lambda run: True,
+    ready: Callable[[Key, bool], bool] = lambda run, settled: True,
 ) -> dict[Key, float]:
-    """Bring the verdicts of up to ``limit`` due runs that are ``ready`` up to date;
-    return the seconds the detectors took on each run judged."""
+    """Bring the verdicts of up to ``limit`` due runs that are ``ready`` (given the run
+    and whether it has settled) up to date; return the seconds the detectors took on
+    each run judged."""
     async with pool.connection() as conn:
-        due = [run for run in await (await conn.execute(DUE, (limit,))).fetchall() if ready(run)]
+        rows = await (await conn.execute(DUE, (QUIET_SECONDS, limit))).fetchall()
+        due = [(project, run) for project, run, settled in rows if ready((project, run), settled)]
         if not due:
             return {}
         keys = {"projects": [p for p, _ in due], "ids": [r for _, r in due]}
@@ -172,6 +183,7 @@ class VerdictKeeper:
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task | None = None
         self._not_before: dict[Key, float] = {}  # see PACING
+        self._due_since: dict[Key, float] = {}  # when a run still going was first seen due
 
     def wake(self) -> None:
         """Steps were committed: look for due runs soon."""
@@ -191,11 +203,19 @@ class VerdictKeeper:
     async def round(self) -> int:
         """Judge the runs due now (up to RUNS_PER_ROUND); return how many."""
         now = time.monotonic()
-        spent = await judge(
-            self._pool, RUNS_PER_ROUND, lambda run: self._not_before.get(run, 0) <= now
-        )
+
+        def ready(run: Key, settled: bool) -> bool:
+            if self._not_before.get(run, 0) > now:
+                return False
+            waited = now - self._due_since.setdefault(run, now)
+            return settled or waited >= MAX_WAIT_SECONDS
+
+        spent = await judge(self._pool, RUNS_PER_ROUND, ready)
         for key, seconds in spent.items():
             self._not_before[key] = now + PACING * seconds
+            self._due_since.pop(key, None)
+        if len(self._due_since) > 50 * RUNS_PER_ROUND:
+            self._due_since.clear()  # runs judged elsewhere; at worst some wait longer
         if len(self._not_before) > 50 * RUNS_PER_ROUND:  # forget what is long past
             self._not_before = {k: t for k, t in self._not_before.items() if t > now}
         return len(spent)

@@ -26,10 +26,10 @@ from __future__ import annotations
 
 import hashlib
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 import psycopg
@@ -83,8 +83,17 @@ class RunRow:
         )  # fmt: skip
 
 
-# The caller's projection: a trace id and every stored span of it (as stored) -> its runs.
-Projection = Callable[[bytes, list[bytes]], list[RunRow]]
+class Projection(Protocol):
+    """The caller's projection of a trace's spans into runs (ingest/otlp/projection.py)."""
+
+    def known(self, trace_id: bytes) -> list[bytes]:
+        """The ids of the trace's spans it still holds (from mapping it before)."""
+        ...
+
+    def project(self, trace_id: bytes, spans: list[tuple[bytes, bytes | None]]) -> list[RunRow]:
+        """The runs of every stored span of the trace: (span id, span as stored), the
+        stored form left out (None) for the spans it said it knows."""
+        ...
 
 
 @dataclass(slots=True)
@@ -137,26 +146,35 @@ async def store_export(
         if not grown:
             return 0
         new_spans = cur.rowcount
-        stored = await _stored_spans(cur, project_id, grown)
+        stored = await _stored_spans(cur, project_id, grown, project)
         previous = await _stored_runs(cur, project_id, grown)
         plan = _Plan()
         for trace in grown:
-            _compare(plan, trace, project(trace, stored.get(trace, [])), previous.get(trace, {}))
+            runs = project.project(trace, stored.get(trace, []))
+            _compare(plan, trace, runs, previous.get(trace, {}))
         if plan.retract:
             await _apply(cur, project_id, plan)
         return new_spans
 
 
 async def _stored_spans(
-    cur: psycopg.AsyncCursor, project_id: uuid.UUID, traces: list[bytes]
-) -> dict[bytes, list[bytes]]:
+    cur: psycopg.AsyncCursor, project_id: uuid.UUID, traces: list[bytes], project: Projection
+) -> dict[bytes, list[tuple[bytes, bytes | None]]]:
+    """Every stored span of ``traces``, the stored form only of those the projection
+    does not hold already (a trace mapped again mostly reads ids)."""
+    known = [(trace, span_id) for trace in traces for span_id in project.known(trace)]
     await cur.execute(
-        "SELECT trace_id, span FROM otlp_spans WHERE project_id = %s AND trace_id = ANY(%s)",
-        (project_id, traces),
-    )
-    found: dict[bytes, list[bytes]] = {}
-    for trace, span in await cur.fetchall():
-        found.setdefault(bytes(trace), []).append(bytes(span))
+        READ_SPANS,
+        (
+            [trace for trace, _ in known], [span_id for _, span_id in known], project_id,
+            traces,
+        ),
+    )  # fmt: skip
+    found: dict[bytes, list[tuple[bytes, bytes | None]]] = {}
+    for trace, span_id, span in await cur.fetchall():
+        found.setdefault(bytes(trace), []).append(
+            (bytes(span_id), bytes(span) if span is not None else None)
+        )
     return found
 
 
@@ -330,6 +348,13 @@ STAGE_SPANS_DDL = (
     "CREATE TEMP TABLE IF NOT EXISTS kw_stage_spans "
     "(LIKE otlp_spans INCLUDING DEFAULTS) ON COMMIT DELETE ROWS"
 )
+READ_SPANS = """
+SELECT s.trace_id, s.span_id, CASE WHEN k.span_id IS NULL THEN s.span END
+FROM otlp_spans s
+LEFT JOIN unnest(%s::bytea[], %s::bytea[]) AS k (trace_id, span_id)
+       ON k.trace_id = s.trace_id AND k.span_id = s.span_id
+WHERE s.project_id = %s AND s.trace_id = ANY(%s)
+"""
 INSERT_SPANS = """
 INSERT INTO otlp_spans (project_id, trace_id, span_id, span)
 SELECT project_id, trace_id, span_id, span FROM kw_stage_spans

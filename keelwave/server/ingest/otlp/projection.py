@@ -12,45 +12,77 @@ from __future__ import annotations
 import functools
 import uuid
 from collections import OrderedDict
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from keelwave.protocol import NAME_MAX_LENGTH, TOKEN_COUNT_MAX
 from keelwave.sdk import canonical_json
 from keelwave.server.ingest.otlp import mapping, stored
+from keelwave.server.ingest.otlp.decode import Span
 from keelwave.server.ingest.pricing import PriceTable
-from keelwave.server.store.traces import Projection, RunRow
+from keelwave.server.store.traces import RunRow
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
-# A trace is mapped again each time an export brings more of it: each process keeps
-# what the latest traces' tool and model spans mapped to (mapping.Memo), per trace,
-# for the traces seen most recently.
-MEMO_TRACES = 1024  # traces in flight at once; a trace holds ~1 KB a step
-_memos: OrderedDict[tuple[uuid.UUID, bytes], mapping.Memo] = OrderedDict()
+# A trace is mapped again each time an export brings more of it: each process keeps,
+# for the traces it saw most recently, their decoded spans and what their tool and
+# model spans mapped to (mapping.Memo), per project (span ids are the client's).
+MEMO_TRACES = 512  # traces in flight at once; a trace holds a few KB a step
 
 
-def _memo(project_id: uuid.UUID, trace_id: bytes) -> mapping.Memo:
+@dataclass(slots=True)
+class _TraceMemo:
+    spans: dict[bytes, Span] = field(default_factory=dict)
+    mapped: mapping.Memo = field(default_factory=dict)
+
+
+_memos: OrderedDict[tuple[uuid.UUID, bytes], _TraceMemo] = OrderedDict()
+
+
+def _memo(project_id: uuid.UUID, trace_id: bytes) -> _TraceMemo:
     key = (project_id, trace_id)
     memo = _memos.get(key)
-    if memo is None:
-        memo = _memos[key] = {}
+    if memo is not None:
+        _memos.move_to_end(key)
+    else:
+        memo = _memos[key] = _TraceMemo()
         if len(_memos) > MEMO_TRACES:
             _memos.popitem(last=False)
-    else:
-        _memos.move_to_end(key)
     return memo
 
 
-def projection(project_id: uuid.UUID, prices: PriceTable) -> Projection:
-    """What the store calls with a trace's stored spans, for one project."""
+class TraceProjection:
+    """What the store calls with a trace's stored spans, for one project
+    (store.traces.Projection)."""
 
-    def project(trace_id: bytes, blobs: list[bytes]) -> list[RunRow]:
-        spans = [stored.decode(blob) for blob in blobs]
-        runs = mapping.map_trace(spans, _memo(project_id, trace_id))
-        return [_row(project_id, trace_id, run, prices) for run in runs]
+    def __init__(self, project_id: uuid.UUID, prices: PriceTable) -> None:
+        self._project_id = project_id
+        self._prices = prices
+        # The memos this export was told about, held even if the shared cache drops
+        # them meanwhile: the spans it said it knows must still be there.
+        self._held: dict[bytes, _TraceMemo] = {}
 
-    return project
+    def known(self, trace_id: bytes) -> list[bytes]:
+        memo = _memo(self._project_id, trace_id)
+        self._held[trace_id] = memo
+        return list(memo.spans)
+
+    def project(self, trace_id: bytes, spans: list[tuple[bytes, bytes | None]]) -> list[RunRow]:
+        memo = self._held.pop(trace_id, None) or _memo(self._project_id, trace_id)
+        held = memo.spans
+        decoded = []
+        for span_id, blob in spans:
+            if blob is None:
+                decoded.append(held[span_id])  # it said it knows it
+            else:
+                decoded.append(held.setdefault(span_id, stored.decode(blob)))
+        runs = mapping.map_trace(decoded, memo.mapped)
+        return [_row(self._project_id, trace_id, run, self._prices) for run in runs]
+
+
+def projection(project_id: uuid.UUID, prices: PriceTable) -> TraceProjection:
+    return TraceProjection(project_id, prices)
 
 
 def when(ns: int) -> datetime:

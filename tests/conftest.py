@@ -9,6 +9,7 @@ and each test its own project and keys, so tests never see each other's data.
 from __future__ import annotations
 
 import os
+import signal
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -21,6 +22,24 @@ from keelwave.db import keys as key_store
 from keelwave.db import migrate
 from keelwave.server.app import create_app
 from keelwave.settings import Settings
+
+
+def _dump_tasks(signum: int, frame: object) -> None:
+    """`kill -USR1 <pytest pid>` prints every asyncio task's stack: for a run that
+    seems stuck inside a test's event loop, where thread dumps show only epoll."""
+    import asyncio
+    import sys
+
+    loop = asyncio.events._get_running_loop()
+    if loop is None:
+        print("no running event loop", file=sys.stderr)
+        return
+    for task in asyncio.all_tasks(loop):
+        print(f"--- {task.get_name()}: {task.get_coro()!r}", file=sys.stderr)
+        task.print_stack(file=sys.stderr)
+
+
+signal.signal(signal.SIGUSR1, _dump_tasks)
 
 ADMIN_URL = os.environ.get(
     "KEELWAVE_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres"

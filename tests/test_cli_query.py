@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import uuid
 from pathlib import Path
@@ -12,6 +13,7 @@ import httpx
 import pytest
 from conftest import make_project
 from serve_process import keelwave
+from verdict_runs import seed
 
 
 @pytest.fixture(scope="module")
@@ -129,6 +131,116 @@ def test_findings_json_is_the_apis_data(server, known) -> None:
     text = cli(server, project, "findings", ids["loop"][:8]).stdout
     assert "exact_loop" in text and "1, 2, 3, 4, 5" in text
     assert "not stuck" in cli(server, project, "findings", ids["clean"]).stdout
+
+
+@pytest.fixture(scope="module")
+def judged(server, db_url):
+    """A project whose runs loop by the agent's account, the server's, or both, and one
+    with near-duplicate calls and calls that make no progress; judged by the server."""
+    project = make_project(db_url)
+    return project, seed(server.url, project.keys["ingest"], project.keys["read"], project.id)
+
+
+def line_of(output: str, run_id: str) -> str:
+    [line] = [line for line in output.splitlines() if run_id[:8] in line]
+    return line
+
+
+def test_runs_badge_says_whose_loop_it_is(server, judged) -> None:
+    project, runs = judged
+    result = cli(server, project, "runs")
+    assert result.returncode == 0, result.stderr
+    # Three of four loop by one account or the other: the agent reported two, the
+    # server found two (one of them the same run).
+    assert "4 runs · loop rate 75.0%" in result.stdout
+    assert "LOOP*" in line_of(result.stdout, runs.server_only)
+    for run_id in (runs.cycle, runs.agent_only):
+        assert "LOOP" in line_of(result.stdout, run_id)
+        assert "LOOP*" not in line_of(result.stdout, run_id)
+    assert "≈∅" in line_of(result.stdout, runs.near)
+    assert "LOOP" not in line_of(result.stdout, runs.near)
+    assert "LOOP* detected by the server only" in result.stdout
+    assert "≈ near-duplicate calls, ∅ no progress: warnings, not loops" in result.stdout
+
+
+def test_runs_loops_takes_either_account_and_finding_filters(server, judged) -> None:
+    project, runs = judged
+    looping = json.loads(cli(server, project, "runs", "--loops", "--json").stdout)
+    assert {run["id"] for run in looping} == {runs.server_only, runs.cycle, runs.agent_only}
+    cycles = json.loads(cli(server, project, "runs", "--finding", "cycle", "--json").stdout)
+    assert [run["id"] for run in cycles] == [runs.cycle]
+    text = cli(server, project, "runs", "--finding", "no_progress").stdout
+    assert "1 runs" in text and runs.near[:8] in text
+    bad = cli(server, project, "runs", "--finding", "bogus")
+    assert bad.returncode == 1 and "exact_loop, cycle, near_duplicate, no_progress" in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_runs_show_a_loop_only_the_server_detected(server, judged) -> None:
+    project, runs = judged
+    result = cli(server, project, "runs", "show", runs.server_only[:8])
+    assert result.returncode == 0, result.stderr
+    assert "yes, from step 1 (detected by the server)" in result.stdout
+    assert "findings     exact loop" in result.stdout
+    assert "web_search ×3  steps 1–3" in result.stdout
+    assert "red: a loop" in result.stdout
+    shown = json.loads(cli(server, project, "runs", "show", runs.server_only, "--json").stdout)
+    assert shown["findings"] == api(server, project, f"/runs/{runs.server_only}/findings")
+    assert shown["run"]["detected_loop"] is True and shown["run"]["loop_detected"] is False
+
+
+def test_runs_show_draws_a_cycle_as_one_band(server, judged) -> None:
+    project, runs = judged
+    result = cli(server, project, "runs", "show", runs.cycle)
+    assert result.returncode == 0, result.stderr
+    assert (
+        "yes, from step 1 (reported by the agent at step 3; the server found it from step 1)"
+        in result.stdout
+    )
+    assert "findings     exact loop, cycle" in result.stdout
+    assert "search → open ×3  steps 1–7  (cycle)" in result.stdout
+    rows = [line for line in result.stdout.splitlines() if line.startswith("│")]
+    assert len(rows) == 1  # one band, the think step (4) inside it
+
+
+def test_runs_show_marks_near_duplicates_and_no_progress(server, judged) -> None:
+    project, runs = judged
+    result = cli(server, project, "runs", "show", runs.near, COLUMNS="220")
+    assert result.returncode == 0, result.stderr
+    assert "loop         no" in result.stdout
+    assert "findings     near-duplicate, no progress" in result.stdout
+    assert (
+        "≈ near-duplicate: lookup called 3 times with inputs that differ only in volatile values"
+        in result.stdout
+    )
+    assert "≈ near-duplicate of step 1" in result.stdout
+    assert (
+        "∅ no progress: kb_search called 3 times in a row with 3 different inputs, same output "
+        "each time" in result.stdout
+    )
+    assert result.stdout.count("∅ no progress since step 4") == 2
+    assert "yellow: a warning, not a loop (≈ near-duplicate, ∅ no progress)" in result.stdout
+
+
+def test_runs_show_a_loop_only_the_agent_reported(server, judged) -> None:
+    project, runs = judged
+    result = cli(server, project, "runs", "show", runs.agent_only)
+    assert "yes, from step 1 (reported by the agent)" in result.stdout
+    assert "findings     none" in result.stdout
+
+
+def test_summary_shows_the_detected_loop_rate(server, judged) -> None:
+    project, _ = judged
+    result = cli(server, project, "summary", "--window", "1h")
+    assert result.returncode == 0, result.stderr
+    assert re.search(r"│ loop rate +│ +50\.0% │", result.stdout)  # the agent's account
+    assert re.search(r"│ detected loop rate +│ +50\.0% │", result.stdout)  # the server's
+    assert (
+        "runs with findings: exact loop 2 · cycle 1 · near-duplicate 1 · no progress 1"
+        in result.stdout
+    )
+    curl = line_of(result.stdout, "curl-agent")
+    assert "0.0%" in curl and "100.0%" in curl  # agents: loop rate, detected
 
 
 def test_summary(server, known) -> None:

@@ -4,12 +4,14 @@ with known data. Screenshots of each page go to tests/artifacts/."""
 from __future__ import annotations
 
 import os
+import re
 import uuid
 from pathlib import Path
 
 import httpx
 import psycopg
 import pytest
+from verdict_runs import seed
 
 from keelwave.db import keys as key_store
 
@@ -19,6 +21,7 @@ if not os.path.exists(CHROMIUM):
     pytest.skip("Debian's chromium is not installed", allow_module_level=True)
 
 ARTIFACTS = Path(__file__).parent / "artifacts"
+SCREENS = Path("/tmp/kw/screens")  # the findings screenshots, outside the repository
 # The machines are shared and slow at times: wait longer than Playwright's 5 s default.
 sync_api.expect.set_options(timeout=20_000)
 LOOP_RUN = str(uuid.uuid4())
@@ -196,9 +199,9 @@ def test_runs_loop_band_and_step_inspector(server, keys, page) -> None:
     sync_api.expect(looping_row.get_by_text("LOOP", exact=True)).to_be_visible()
     sync_api.expect(page.get_by_text("loop rate")).to_be_visible()
     page.screenshot(path=ARTIFACTS / "runs.png", full_page=True)
-    page.get_by_label("looping only").check()
+    page.get_by_label("Loops").select_option(label="loops (either)")
     sync_api.expect(page.locator("tbody tr")).to_have_count(1)
-    page.get_by_label("looping only").uncheck()
+    page.get_by_label("Loops").select_option(label="loop or not")
 
     looping_row.get_by_role("link").click()
     sync_api.expect(page.get_by_role("heading", name="research-agent")).to_be_visible()
@@ -263,3 +266,156 @@ def test_dark_theme_follows_the_system(server, keys, browser) -> None:
     page.get_by_role("button", name="web_search ×5").click()
     page.screenshot(path=ARTIFACTS / "run-detail-dark.png", full_page=True)
     context.close()
+
+
+@pytest.fixture(scope="module")
+def judged(server, db_url):
+    """A project of its own whose runs loop by the agent's account, the server's or both,
+    and one with near-duplicates and no progress (tests/verdict_runs.py), judged."""
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        made = {
+            scope: key_store.create_key(conn, "web-findings", scope) for scope in ("read", "ingest")
+        }
+    runs = seed(server.url, made["ingest"].key, made["read"].key, made["read"].project_id)
+    SCREENS.mkdir(parents=True, exist_ok=True)
+    return made["read"].key, runs
+
+
+def test_runs_list_says_whose_loop_it_is_and_filters_by_either(server, judged, page) -> None:
+    key, runs = judged
+    sign_in(page, server, key)
+    page.get_by_role("link", name="Runs").click()
+    rows = page.locator("tbody tr")
+    sync_api.expect(rows).to_have_count(4)
+    sync_api.expect(page.locator(".heading")).to_contain_text("loop rate 75.0%")
+    for run_id, who, title in (
+        (runs.server_only, "server", "Loop from step 1: detected by the server"),
+        (runs.agent_only, "agent", "Loop from step 1: reported by the agent"),
+        (runs.cycle, "agent + server", "reported by the agent at step 3; the server found it"),
+    ):
+        row = page.locator("tr", has_text=run_id[:8])
+        sync_api.expect(row.get_by_text("LOOP", exact=True)).to_be_visible()
+        sync_api.expect(row.locator(".verdict .who")).to_have_text(who)
+        sync_api.expect(row.locator(".verdict")).to_have_attribute(
+            "title", re.compile(re.escape(title))
+        )
+    near = page.locator("tr", has_text=runs.near[:8])
+    sync_api.expect(near.get_by_text("LOOP", exact=True)).to_have_count(0)
+    sync_api.expect(near.locator(".badge.warn")).to_have_text(["≈ near-duplicate", "∅ no progress"])
+    sync_api.expect(page.get_by_label("Legend")).to_contain_text("server: the server found it")
+    page.screenshot(path=SCREENS / "findings_runs.png", full_page=True)
+
+    page.get_by_label("Loops").select_option(label="loops (either)")
+    sync_api.expect(rows).to_have_count(3)
+    sync_api.expect(page.locator("tr", has_text=runs.near[:8])).to_have_count(0)
+    page.get_by_label("Loops").select_option(label="loop detected by the server")
+    sync_api.expect(rows).to_have_count(2)
+    page.get_by_label("Loops").select_option(label="loop reported by the agent")
+    sync_api.expect(rows).to_have_count(2)
+    sync_api.expect(page.locator("tr", has_text=runs.server_only[:8])).to_have_count(0)
+    page.get_by_label("Loops").select_option(label="loop or not")
+    page.get_by_label("Finding").select_option(label="cycle")
+    sync_api.expect(rows).to_have_count(1)
+    sync_api.expect(rows).to_contain_text(runs.cycle[:8])
+    page.get_by_label("Finding").select_option(label="no progress")
+    sync_api.expect(rows).to_contain_text(runs.near[:8])
+    assert "finding=no_progress" in page.url
+
+
+def test_run_page_a_loop_only_the_server_detected(server, judged, page) -> None:
+    key, runs = judged
+    sign_in(page, server, key)
+    sync_api.expect(page.get_by_role("heading", name="Overview")).to_be_visible()
+    page.goto(f"{server.url}/runs/{runs.server_only}")
+    sync_api.expect(page.get_by_role("heading", name="curl-agent")).to_contain_text("server")
+    facts = page.locator(".facts")
+    sync_api.expect(facts.get_by_text("step 1", exact=True)).to_be_visible()
+    sync_api.expect(facts).to_contain_text("detected by the server")
+    sync_api.expect(page.get_by_role("button", name="web_search ×3")).to_contain_text("steps 1–3")
+    findings = page.get_by_role("region", name="Findings")
+    sync_api.expect(findings.locator("li")).to_have_text(
+        [re.compile("exact loop.*from step 1.*web_search called 3 times with the same input")]
+    )
+
+
+def test_run_page_draws_a_cycle_as_one_band(server, judged, page) -> None:
+    key, runs = judged
+    sign_in(page, server, key)
+    sync_api.expect(page.get_by_role("heading", name="Overview")).to_be_visible()
+    page.goto(f"{server.url}/runs/{runs.cycle}")
+    sync_api.expect(page.get_by_role("heading", name="browse-agent")).to_contain_text(
+        "agent + server"
+    )
+    facts = page.locator(".facts")
+    sync_api.expect(facts.get_by_text("step 1", exact=True)).to_be_visible()
+    sync_api.expect(facts).to_contain_text(
+        "reported by the agent at step 3; the server found it from step 1"
+    )
+    sync_api.expect(facts).to_contain_text("exact loop, cycle")
+    findings = page.get_by_role("region", name="Findings")
+    sync_api.expect(findings.locator("li")).to_have_count(3)
+    sync_api.expect(findings).to_contain_text("search → open, 3 times")
+    band = page.get_by_role("button", name="search → open ×3")
+    sync_api.expect(band).to_contain_text("cycle, steps 1–7")
+    sync_api.expect(page.locator("ol.timeline > li")).to_have_count(1)  # one band, no more
+    band.click()
+    steps = page.locator("ol.timeline ol li")
+    sync_api.expect(steps).to_have_text(
+        [re.compile(rf"^{n}{name}") for n, name in enumerate(
+            ["search", "open", "search", "think", "open", "search", "open"], start=1)]
+    )  # fmt: skip
+    steps.nth(1).get_by_role("button").click()
+    sync_api.expect(page.get_by_label("Step inspector")).to_contain_text(
+        "cycle: search → open, 3 times"
+    )
+    sync_api.expect(page.get_by_label("Timeline legend")).to_contain_text("a cycle of calls")
+    page.screenshot(path=SCREENS / "findings_cycle.png", full_page=True)
+
+
+def test_run_page_marks_near_duplicates_and_no_progress(server, judged, page) -> None:
+    key, runs = judged
+    sign_in(page, server, key)
+    sync_api.expect(page.get_by_role("heading", name="Overview")).to_be_visible()
+    page.goto(f"{server.url}/runs/{runs.near}")
+    sync_api.expect(page.get_by_role("heading", name="support-agent")).to_be_visible()
+    sync_api.expect(page.get_by_role("heading", name="support-agent")).not_to_contain_text("LOOP")
+    facts = page.locator(".facts")
+    sync_api.expect(facts).to_contain_text("near-duplicate, no progress")
+    rows = page.locator("ol.timeline > li")
+    sync_api.expect(rows).to_have_count(6)  # nothing folded: warnings are not loops
+    sync_api.expect(rows.nth(0)).to_contain_text("≈ near-duplicate")
+    sync_api.expect(rows.nth(0).locator(".why")).to_have_text(
+        re.compile("lookup called 3 times with inputs that differ only in volatile values")
+    )
+    sync_api.expect(rows.nth(1)).to_contain_text("≈ near-duplicate of step 1")
+    sync_api.expect(rows.nth(3).locator(".why")).to_contain_text(
+        "kb_search called 3 times in a row with 3 different inputs, same output each time"
+    )
+    sync_api.expect(rows.nth(5)).to_contain_text("∅ no progress since step 4")
+    sync_api.expect(page.locator("ol.timeline .why")).to_have_count(2)  # one sentence each
+    warn = page.evaluate("getComputedStyle(document.documentElement).getPropertyValue('--warn')")
+    mark = rows.nth(0).locator(".mark").evaluate("element => getComputedStyle(element).color")
+    assert warn.strip() == "#a86400" and mark == "rgb(168, 100, 0)"  # amber, not red
+    sync_api.expect(page.get_by_label("Timeline legend")).to_contain_text(
+        "a warning, not a loop: ≈ near-duplicate calls, ∅ no progress"
+    )
+    page.screenshot(path=SCREENS / "findings_near_duplicate.png", full_page=True)
+
+
+def test_overview_shows_the_detected_loop_rate_and_findings(server, judged, page) -> None:
+    key, _ = judged
+    sign_in(page, server, key)
+    cards = page.locator(".cards")
+    reported = cards.locator(".card", has=page.get_by_text("Loop rate", exact=True))
+    detected = cards.locator(".card", has=page.get_by_text("Detected loop rate", exact=True))
+    sync_api.expect(reported).to_contain_text("50.0%")  # the agent reported 2 of 4
+    sync_api.expect(detected).to_contain_text("50.0%")  # the server found 2 of 4
+    counts = page.get_by_role("group", name="Runs with findings")
+    for text in ("2 exact loop", "1 cycle", "1 ≈ near-duplicate", "1 ∅ no progress"):
+        sync_api.expect(counts).to_contain_text(text)
+    health = page.locator("table").last
+    sync_api.expect(health.locator("th")).to_contain_text(["loop rate", "detected"])
+    curl = health.locator("tr", has_text="curl-agent")
+    sync_api.expect(curl.locator("td").nth(2)).to_have_text("0.0%")
+    sync_api.expect(curl.locator("td").nth(3)).to_have_text("100.0%")
+    page.screenshot(path=SCREENS / "findings_overview.png", full_page=True)

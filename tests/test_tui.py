@@ -4,6 +4,7 @@ and SVG snapshots of its main screens (at 100×30, with a frozen clock)."""
 from __future__ import annotations
 
 import io
+import time
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -11,7 +12,8 @@ import httpx
 import psycopg
 import pytest
 from rich.console import Console
-from textual.widgets import DataTable, Static, Tree
+from textual.widgets import DataTable, Static, TabbedContent, Tree
+from verdict_runs import seed
 
 from keelwave.db import keys as key_store
 from keelwave.remote.api import Api
@@ -106,7 +108,25 @@ def key(server, db_url) -> str:
             },
         ).raise_for_status()
         run(OPEN_RUN, "planner-agent", 5)
+        # The server judges the steps shortly after they commit: the snapshots show its
+        # verdict, so wait for it.
+        for _ in range(200):
+            answer = http.get(f"/v1/projects/{created.project_id}/agent/runs/{LOOP_RUN}")
+            if answer.json()["data"]["detected_loop"]:
+                break
+            time.sleep(0.05)
+        else:
+            raise AssertionError("the server never judged the looping run")
     return created.key
+
+
+@pytest.fixture(scope="module")
+def judged(server, db_url):
+    """A project whose runs loop by the agent's account, the server's or both, and one with
+    near-duplicates and no progress (tests/verdict_runs.py): its key and the runs."""
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        created = key_store.create_key(conn, "tui-findings", "all")
+    return created.key, seed(server.url, created.key, created.key, created.project_id)
 
 
 def make_app(server, key: str, endpoint: str | None = None) -> KeelwaveApp:
@@ -199,6 +219,96 @@ async def test_run_screen_shows_the_loop_band(server, key) -> None:
         await wait_for(pilot, lambda: getattr(app.screen, "run_id", None) == LOOP_RUN)
 
 
+async def open_run(pilot, app, run_id: str) -> RunScreen:
+    table = app.screen.query_one(DataTable)
+    await wait_for(pilot, lambda: run_id in app.screen.row_ids)
+    table.move_cursor(row=app.screen.row_ids.index(run_id))
+    await pilot.press("enter")
+    await wait_for(pilot, lambda: isinstance(app.screen, RunScreen))
+    screen = app.screen
+    await wait_for(pilot, lambda: len(screen.query_one(Tree).root.children) > 0)
+    return screen
+
+
+def cell(app, run_id: str, column: int) -> str:
+    row = app.screen.query_one(DataTable).get_row(run_id)
+    return str(getattr(row[column], "plain", row[column]))
+
+
+async def test_runs_screen_badges_say_whose_loop_it_is(server, judged) -> None:
+    key, runs = judged
+    app = make_app(server, key)
+    async with app.run_test(size=(100, 30)) as pilot:
+        table = app.screen.query_one(DataTable)
+        await wait_for(pilot, lambda: table.row_count == 4)
+        assert cell(app, runs.server_only, 6).strip() == "LOOP*"
+        assert cell(app, runs.cycle, 6).strip() == "LOOP"
+        assert cell(app, runs.agent_only, 6).strip() == "LOOP"
+        assert cell(app, runs.near, 6).strip() == "≈∅"
+        filters = text_of(app.screen.query_one("#filters", Static))
+        assert "loop rate 75.0%" in filters and "LOOP* detected by the server only" in filters
+        summary = text_of(app.screen.query_one("#summary", Static))
+        assert "loop rate 50.0%" in summary and "detected 50.0%" in summary
+        await pilot.press("l")  # loops by either account
+        await wait_for(pilot, lambda: table.row_count == 3)
+        assert set(app.screen.row_ids) == {runs.server_only, runs.cycle, runs.agent_only}
+
+
+async def test_run_screen_a_loop_only_the_server_detected(server, judged) -> None:
+    key, runs = judged
+    app = make_app(server, key)
+    async with app.run_test(size=(100, 30)) as pilot:
+        screen = await open_run(pilot, app, runs.server_only)
+        header = text_of(screen.query_one("#header", Static))
+        assert "LOOP from step 1 (detected by the server)" in header
+        assert "findings exact loop" in header
+        [band] = screen.query_one(Tree).root.children
+        assert "web_search ×3  steps 1–3" in str(band.label)
+
+
+async def test_run_screen_draws_a_cycle_as_one_band(server, judged) -> None:
+    key, runs = judged
+    app = make_app(server, key)
+    async with app.run_test(size=(100, 30)) as pilot:
+        screen = await open_run(pilot, app, runs.cycle)
+        header = text_of(screen.query_one("#header", Static))
+        assert (
+            "from step 1 (reported by the agent at step 3; the server found it from step 1)"
+            in " ".join(header.split())
+        )
+        assert "findings exact loop, cycle" in header
+        [band] = screen.query_one(Tree).root.children
+        assert "search → open ×3  steps 1–7  (cycle)" in str(band.label)
+        await pilot.press("space")
+        await wait_for(pilot, lambda: band.is_expanded)
+        names = [str(child.label).split()[-1] for child in band.children]
+        assert names == ["search", "open", "search", "think", "open", "search", "open"]
+        await pilot.press("down")
+        inspector = text_of(screen.query_one("#step", Static))
+        assert "cycle: search → open, 3 times" in inspector
+
+
+async def test_run_screen_marks_near_duplicates_and_no_progress(server, judged) -> None:
+    key, runs = judged
+    app = make_app(server, key)
+    async with app.run_test(size=(100, 30)) as pilot:
+        screen = await open_run(pilot, app, runs.near)
+        header = text_of(screen.query_one("#header", Static))
+        assert "LOOP" not in header and "findings near-duplicate, no progress" in header
+        assert "yellow: a warning, not a loop" in header
+        labels = [str(node.label) for node in screen.query_one(Tree).root.children]
+        assert labels[0].endswith("lookup  ≈ near-duplicate")
+        assert labels[1].endswith("lookup  ≈ near-duplicate of step 1")
+        assert labels[4].endswith("kb_search  ∅ no progress since step 4")
+        await pilot.press("down")  # step 2
+        inspector = " ".join(text_of(screen.query_one("#step", Static)).split())
+        assert "near-duplicate: lookup called 3 times with inputs that differ only in" in inspector
+        screen.query_one(TabbedContent).active = "findings-pane"
+        findings = screen.query_one("#findings", DataTable)
+        await wait_for(pilot, lambda: findings.row_count == 2)
+        assert "kb_search called 3 times in a row" in str(findings.get_row_at(1)[-1])
+
+
 async def test_a_vanished_server_is_a_status_line_not_a_crash(server, key) -> None:
     app = make_app(server, key, endpoint="http://127.0.0.1:9")
     async with app.run_test(size=(100, 30)) as pilot:
@@ -214,6 +324,7 @@ def test_snapshot_runs_screen(server, key, snap_compare) -> None:
         table = pilot.app.screen.query_one(DataTable)
         await wait_for(pilot, lambda: table.row_count >= 4)
         pilot.app.screen.refresh_seconds = 3600  # no refresh while the picture is taken
+        await pilot.pause(0.3)  # and the columns take their widths (else they are cut)
 
     app = make_app(server, key)
     app.refresh_seconds = 3600

@@ -80,7 +80,22 @@ def login(
 def runs(
     ctx: typer.Context,
     agent: Annotated[str | None, typer.Option(help="Only this agent.")] = None,
-    loops: Annotated[bool, typer.Option("--loops", help="Only runs that looped.")] = False,
+    loops: Annotated[
+        bool,
+        typer.Option(
+            "--loops",
+            help="Only runs that looped: reported by the agent or detected by the server.",
+        ),
+    ] = False,  # fmt: skip
+    finding: Annotated[
+        str | None,
+        typer.Option(
+            "--finding",
+            metavar="KIND",
+            help="Only runs with this finding: exact_loop, cycle, near_duplicate, no_progress.",
+            show_default=False,
+        ),
+    ] = None,
     status: Annotated[
         str | None, typer.Option(help="running, stalled or finished.", show_default=False)
     ] = None,
@@ -99,7 +114,8 @@ def runs(
         return
     with api_for(endpoint, api_key) as api:
         answer = api.agent("/runs", agent_name=agent, status=status, window=window,
-                           limit=limit, loop_detected="true" if loops else None)  # fmt: skip
+                           limit=limit, loop="true" if loops else None,
+                           finding=finding)  # fmt: skip
     data = answer["data"]
     if as_json:
         print_json(data)
@@ -117,19 +133,25 @@ def show(
     endpoint: Endpoint = None,
     api_key: ApiKey = None,
 ) -> None:
-    """One run: its header and its step timeline, loops drawn as bands."""
+    """One run: its header and its step timeline, loops drawn as bands.
+
+    The header says whether the run looped and who says so (the agent, the server, or
+    both); the timeline folds repeats and cycles into bands and marks near-duplicate
+    calls and calls that make no progress.
+    """
     parent = ctx.obj or {}
     with api_for(endpoint or parent.get("endpoint"), api_key or parent.get("api_key")) as api:
         run_id = api.resolve_run(run_ref)
         run = api.agent(f"/runs/{run_id}")["data"]
         steps = api.all_steps(run_id)
         calls = api.agent(f"/runs/{run_id}/llm")["data"]
+        found = api.agent(f"/runs/{run_id}/findings")["data"]
     if as_json:
-        print_json({"run": run, "steps": steps, "llm_calls": calls})
+        print_json({"run": run, "steps": steps, "llm_calls": calls, "findings": found})
         return
     from keelwave.cli.tables import show_run
 
-    show_run(run, steps)
+    show_run(run, steps, found)
 
 
 def loops(
@@ -183,6 +205,9 @@ def summary(
     api_key: ApiKey = None,
 ) -> None:
     """This window against the last, and agents by loop rate.
+
+    Loop rates as the agents reported them and as the server detected them, and how many
+    runs have each kind of finding.
 
     Also how the window's runs ended (the termination mix).
     """

@@ -15,21 +15,23 @@ from rich.text import Text
 
 from keelwave.cli.common import stdout
 from keelwave.remote import format as fmt
-from keelwave.remote.timeline import fold
+from keelwave.remote import verdict
+from keelwave.remote.timeline import Band, band_text, fold
+from keelwave.remote.timeline import legend as legend_of
 
 
 def show_runs(answer: dict[str, Any]) -> None:
-    """The run list, one line per run, with a LOOP badge."""
+    """The run list, one line per run, with a LOOP badge when the agent reported a loop or
+    the server found one (LOOP*: the server only), and a legend when it needs one."""
     data = answer["data"]
-    looping = sum(1 for run in data if run["loop_detected"])
-    title = f"{len(data)} runs · loop rate {fmt.rate(looping / len(data) if data else None)}"
+    title = f"{len(data)} runs · loop rate {fmt.rate(verdict.loop_rate(data))}"
     # Light borders, one space between columns, short cells: it fits in 80 columns.
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
                   padding=(0, 1, 0, 0))  # fmt: skip
     for column, justify, width in (("run", "left", 8), ("agent", "left", None),
                                    ("started", "right", 8), ("duration", "right", 8),
                                    ("steps", "right", 5), ("status", "left", 9),
-                                   ("loop", "left", 4), ("tokens", "right", 6),
+                                   ("loop", "left", 5), ("tokens", "right", 6),
                                    ("cost", "right", 7)):  # fmt: skip
         table.add_column(column, justify=justify, min_width=width,  # type: ignore[arg-type]
                          no_wrap=True, overflow="ellipsis")  # fmt: skip
@@ -37,30 +39,37 @@ def show_runs(answer: dict[str, Any]) -> None:
         table.add_row(
             fmt.short_id(run["id"]), run["agent_name"], fmt.ago(run["started_at"]),
             fmt.duration(run["duration_ms"]), str(run["step_count"]), fmt.status(run),
-            Text("LOOP", style="bold white on red") if run["loop_detected"] else "",
+            verdict.badge(run),
             fmt.tokens(run["input_tokens"] + run["output_tokens"]), fmt.money(run["cost_usd"]),
         )  # fmt: skip
     if not data:
         stdout.print("No runs match. Send some with `keelwave demo`.")
         return
     stdout.print(table)
+    for line in verdict.legend(data):
+        stdout.print(f"[dim]{line}[/]")
     if answer.get("next_cursor"):
         stdout.print("[dim]More runs exist: raise --limit (at most 500) or narrow the filters.[/]")
 
 
-def show_run(run: dict[str, Any], steps: list[dict[str, Any]]) -> None:
-    """One run: its header, then its timeline with loops folded into bands."""
+def show_run(
+    run: dict[str, Any], steps: list[dict[str, Any]], findings: list[dict[str, Any]]
+) -> None:
+    """One run: its header, then its timeline with loops (repeats, cycles) folded into
+    bands and the server's warnings marked on their steps."""
     header = Table.grid(padding=(0, 2))
     header.add_column(style="dim")
     header.add_column()
-    loop = (f"[bold red]yes[/], from step {run['loop_step_index']}" if run["loop_detected"]
-            else "no")  # fmt: skip
+    loop = Text(verdict.loop_line(run))
+    if verdict.loops(run):
+        loop.stylize("bold red", 0, 3)
     for label, value in (
         ("run", run["id"]),
         ("agent", run["agent_name"]),
         ("status", fmt.status(run, short=False)),
         ("termination", run["termination_reason"] or "—"),
         ("loop", loop),
+        ("findings", verdict.findings_text(run)),
         ("duration", fmt.duration(run["duration_ms"])),
         ("steps", str(run["step_count"])),
         ("tokens", f"{fmt.tokens(run['input_tokens'])} in · "
@@ -73,20 +82,34 @@ def show_run(run: dict[str, Any], steps: list[dict[str, Any]]) -> None:
     if run.get("error"):
         header.add_row("error", Text(run["error"], style="red"))
     stdout.print(header)
+    if not steps:
+        stdout.print("No steps recorded.")
+        return
+    bands = fold(steps, findings)
     timeline = Table(title="timeline", title_justify="left")
     timeline.add_column("step", justify="right", no_wrap=True)
     timeline.add_column("what")
-    timeline.add_column("duration", justify="right")
-    timeline.add_column("", no_wrap=True)
-    for band in fold(steps):
+    timeline.add_column("duration", justify="right", no_wrap=True)
+    timeline.add_column("")
+    for band in bands:
         low, high = band.indices
         where = str(low) if low == high else f"{low}–{high}"
-        what = Text(band.label, style="bold red" if band.is_loop else "")
-        if not band.is_loop and band.first.get("in_loop"):
-            what.append(f"  (repeats ×{band.first['loop_hits']})", style="red")
-        note = Text(f"{band.errors} error(s)", style="red") if band.errors else ""
-        timeline.add_row(where, what, fmt.duration(band.duration_ms), note)
-    stdout.print(timeline if steps else "No steps recorded.")
+        timeline.add_row(where, band_text(band), fmt.duration(band.duration_ms), band_notes(band))
+    stdout.print(timeline)
+    if legend := legend_of(bands):
+        stdout.print(f"[dim]{legend}[/]")
+
+
+def band_notes(band: Band) -> Text:
+    """Errors, then each warning on the band: its sentence where it began."""
+    notes = Text()
+    if band.errors:
+        notes.append(f"{band.errors} error(s)", style="red")
+    for mark in band.marks:
+        if notes:
+            notes.append("\n")
+        notes.append(mark.text, style=verdict.WARNING_STYLE)
+    return notes
 
 
 def show_loops(run_id: str, data: list[dict[str, Any]], full: bool) -> None:
@@ -134,6 +157,8 @@ def show_summary(
     rows = (
         ("runs", now["runs"], before["runs"], str, False),
         ("loop rate", now["loop_rate"], before["loop_rate"], fmt.rate, True),
+        ("detected loop rate", now["detected_loop_rate"], before["detected_loop_rate"],
+         fmt.rate, True),
         ("error rate", now["error_rate"], before["error_rate"], fmt.rate, True),
         ("stalled", now["stalled_runs"], before["stalled_runs"], str, False),
         ("p95 duration", now["p95_duration_ms"], before["p95_duration_ms"], fmt.duration, False),
@@ -145,6 +170,11 @@ def show_summary(
         table.add_row(label, show_value(current), show_value(previous),
                       fmt.change(current, previous, as_points=points))  # fmt: skip
     stdout.print(table)
+    stdout.print("[dim]loop rate: runs the agent reported looping · detected: runs the server "
+                 "found looping[/]")  # fmt: skip
+    counts = now["findings"]
+    stdout.print("runs with findings: " + " · ".join(
+        f"{verdict.LABELS[kind]} {counts[kind]}" for kind in verdict.KINDS))  # fmt: skip
     mix = Table(title="how runs ended", title_justify="left")
     mix.add_column("termination")
     mix.add_column("runs", justify="right")
@@ -153,10 +183,11 @@ def show_summary(
             mix.add_row(row["termination_reason"] or "not finished yet", str(row["count"]))
     stdout.print(mix)
     agents = Table(title="agents by loop rate", title_justify="left")
-    for column in ("agent", "runs", "loop rate", "error rate", "stalled", "p95", "cost"):
+    for column in ("agent", "runs", "loop rate", "detected", "errors", "stalled", "p95", "cost"):
         agents.add_column(column, justify="left" if column == "agent" else "right")
     for row in health:
         agents.add_row(row["agent_name"], str(row["runs"]), fmt.rate(row["loop_rate"]),
+                       fmt.rate(row["detected_loop_rate"]),
                        fmt.rate(row["error_rate"]), str(row["stalled_runs"]),
                        fmt.duration(row["p95_duration_ms"]),
                        fmt.money(row["cost_usd"]))  # fmt: skip

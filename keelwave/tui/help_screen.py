@@ -14,10 +14,12 @@ HELP = """\
   ↑ ↓ / j k      move                 enter        open the run
   /              search (run id or agent)          escape  clear the search
   l              looping runs only    s            cycle status: all, running, stalled, finished
+                 (reported by the agent or detected by the server; LOOP* = the server only)
   a              cycle agent          r            refresh now (it also refreshes by itself)
 
 [b]A run[/b]
-  ↑ ↓            move in the timeline; a band of repeated steps opens with enter or →
+  ↑ ↓            move in the timeline; a band (repeats or a cycle) opens with enter or →
+                 red: a loop · yellow: ≈ near-duplicate, ∅ no progress (warnings, not loops)
   space          expand / collapse a band          c  jump to a child run
   p              go to the parent run              escape  back to the runs
 

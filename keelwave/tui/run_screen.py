@@ -1,5 +1,6 @@
-"""One run: header, the timeline with loop bands, the step inspector, loops,
-model calls and child runs."""
+"""One run: header (whether it looped, and who says so), the timeline with loop bands
+(repeats and cycles) and warning marks, the step inspector, findings, loops, model calls
+and child runs."""
 
 from __future__ import annotations
 
@@ -16,8 +17,10 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static, TabbedContent, TabPane, Tree
 
 from keelwave.remote import format as fmt
+from keelwave.remote import verdict
 from keelwave.remote.api import ApiError
-from keelwave.remote.timeline import Band, fold
+from keelwave.remote.timeline import Band, band_text, findings_of, fold, name_of
+from keelwave.remote.timeline import legend as legend_of
 from keelwave.tui.source import Source
 
 
@@ -42,6 +45,7 @@ class RunScreen(Screen):
         self.source = source
         self.run_id = run_id
         self.run: dict | None = None
+        self.findings: list[dict] = []
 
     def compose(self) -> ComposeResult:
         yield Static("loading…", id="header")
@@ -50,6 +54,8 @@ class RunScreen(Screen):
                 yield Tree("steps", id="timeline")
                 with VerticalScroll(id="inspector"):
                     yield Static("Select a step to see its input and output.", id="step")
+            with TabPane("Findings", id="findings-pane"):
+                yield DataTable(id="findings", cursor_type="row")
             with TabPane("Loops", id="loops-pane"):
                 yield DataTable(id="loops", cursor_type="row")
             with TabPane("Model calls", id="calls-pane"):
@@ -70,17 +76,21 @@ class RunScreen(Screen):
             run = await self.source.run(self.run_id)
             steps = await self.source.steps(self.run_id)
             calls = await self.source.llm_calls(self.run_id)
+            findings = await self.source.findings(self.run_id)
         except ApiError as error:
             self.query_one("#status", Static).update(f"⚠ {error} (escape to go back)")
             return
         self.run = run
-        self._header(run)
-        self._timeline(fold(steps))
+        self.findings = findings
+        bands = fold(steps, findings)
+        self._header(run, legend_of(bands))
+        self._timeline(bands)
+        self._findings(findings)
         self._loops(run["loop_groups"])
         self._calls(calls)
         self._children(run["child_runs"])
 
-    def _header(self, run: dict) -> None:
+    def _header(self, run: dict, legend: str | None = None) -> None:
         text = Text()
         text.append(run["agent_name"], style="bold")
         text.append(f"  {run['id']}\n", style="dim")
@@ -89,9 +99,12 @@ class RunScreen(Screen):
         text.append_text(shown)
         if run["termination_reason"] and run["termination_reason"] != shown.plain:
             text.append(f" ({run['termination_reason']})", style="dim")
-        if run["loop_detected"]:
-            text.append("   LOOP", style="bold white on red")
-            text.append(f" from step {run['loop_step_index']}", style="red")
+        if verdict.loops(run):
+            text.append("   LOOP", style=verdict.LOOP_STYLE)
+            text.append(f" {verdict.loop_phrase(run)}", style="red")
+        text.append("\n")
+        text.append("findings ", style="dim")
+        text.append_text(verdict.findings_text(run))
         text.append("\n")
         text.append(
             f"{fmt.duration(run['duration_ms'])} · {run['step_count']} steps · "
@@ -102,6 +115,8 @@ class RunScreen(Screen):
             text.append(f" · parent {fmt.short_id(run['parent_run_id'])} (p)", style="dim")
         if run.get("error"):
             text.append(f"\n{run['error']}", style="red")
+        if legend:
+            text.append(f"\n{legend}", style="dim")
         self.query_one("#header", Static).update(text)
 
     def _timeline(self, bands: list[Band]) -> None:
@@ -110,20 +125,29 @@ class RunScreen(Screen):
         for band in bands:
             low, high = band.indices
             label = Text(f"{low:>3}{'–' + str(high) if high != low else ''}  ", style="dim")
-            label.append(band.label, style="bold red" if band.is_loop else "")
+            label.append_text(band_text(band, spell_out=True))
             if band.errors:
                 label.append(f"  {band.errors} error(s)", style="red")
-            if not band.is_loop and band.first.get("in_loop"):
-                label.append(f"  ↻×{band.first['loop_hits']}", style="red")
             if band.is_loop:
                 node = tree.root.add(label, data=band.first, expand=False)
                 for step in band.steps:
-                    node.add_leaf(Text(f"{step['step_index']:>3}  {band.first['tool_name']}"),
-                                  data=step)  # fmt: skip
+                    node.add_leaf(Text(f"{step['step_index']:>3}  {name_of(step)}"), data=step)
             else:
                 tree.root.add_leaf(label, data=band.first)
         if bands:
             tree.move_cursor(tree.root.children[0])
+
+    def _findings(self, findings: list[dict]) -> None:
+        table = self.query_one("#findings", DataTable)
+        table.clear(columns=True)
+        table.add_columns("began at", "kind", "tools", "hits", "steps", "why")
+        for finding in findings:
+            style = "red" if finding["kind"] in verdict.LOOP_KINDS else verdict.WARNING_STYLE
+            table.add_row(str(finding["began_at_step"]),
+                          Text(verdict.LABELS.get(finding["kind"], finding["kind"]), style=style),
+                          ", ".join(finding["tool_names"]), str(finding["hits"]),
+                          ", ".join(map(str, finding["step_indices"])),
+                          finding["detail"])  # fmt: skip
 
     def _loops(self, groups: list[dict]) -> None:
         table = self.query_one("#loops", DataTable)
@@ -167,6 +191,13 @@ class RunScreen(Screen):
                             f"{fmt.duration(step['duration_ms'])}", style="bold")]  # fmt: skip
         if step.get("in_loop"):
             parts.append(Text(f"repeated ×{step['loop_hits']} in this run", style="red"))
+        for finding in findings_of(step, self.findings):
+            if finding["kind"] == "exact_loop":
+                continue  # said just above, from the step itself
+            loop = finding["kind"] in verdict.LOOP_KINDS
+            parts.append(Text(f"{verdict.LABELS.get(finding['kind'], finding['kind'])}: "
+                              f"{finding['detail']}",
+                              style="red" if loop else verdict.WARNING_STYLE))  # fmt: skip
         if step.get("error"):
             parts.append(Text(step["error"], style="red"))
         for label, key in (("input", "tool_input"), ("output", "tool_output")):

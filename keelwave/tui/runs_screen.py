@@ -12,6 +12,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input, Static
 
 from keelwave.remote import format as fmt
+from keelwave.remote import verdict
 from keelwave.remote.api import ApiError
 from keelwave.tui.source import Source
 
@@ -19,7 +20,8 @@ STATUSES = (None, "running", "stalled", "finished")
 
 
 class SummaryStrip(Static):
-    """Loop rate, error rate, stalls and cost over 24 h, against the 24 h before."""
+    """Loop rates (as the agents reported them, as the server detected them), error rate,
+    stalls and cost over 24 h, against the 24 h before."""
 
     def show(self, summary: dict) -> None:
         now, before = summary["current"], summary["previous"]
@@ -27,6 +29,8 @@ class SummaryStrip(Static):
             ("runs", str(now["runs"]), fmt.change(now["runs"], before["runs"])),
             ("loop rate", fmt.rate(now["loop_rate"]),
              fmt.change(now["loop_rate"], before["loop_rate"], as_points=True)),
+            ("detected", fmt.rate(now["detected_loop_rate"]),
+             fmt.change(now["detected_loop_rate"], before["detected_loop_rate"], as_points=True)),
             ("errors", fmt.rate(now["error_rate"]),
              fmt.change(now["error_rate"], before["error_rate"], as_points=True)),
             ("stalled", str(now["stalled_runs"]), ""),
@@ -35,7 +39,7 @@ class SummaryStrip(Static):
         text = Text("24h  ", style="dim")
         for label, value, delta in parts:
             text.append(f"{label} ", style="dim")
-            alarming = label == "loop rate" and value not in ("0.0%", "—")
+            alarming = label in ("loop rate", "detected") and value not in ("0.0%", "—")
             text.append(value, style="bold red" if alarming else "bold")
             if delta and delta != "—":
                 text.append(f" ({delta})", style="dim")
@@ -94,7 +98,7 @@ class RunsScreen(Screen):
     async def reload(self) -> None:
         filters: dict[str, Any] = {
             "limit": 200,
-            "loop_detected": "true" if self.loops_only else None,
+            "loop": "true" if self.loops_only else None,
             "status": STATUSES[self.status_index],
             "agent_name": self.agent,
             "q": self.query_text or None,
@@ -122,7 +126,7 @@ class RunsScreen(Screen):
             table.add_row(
                 fmt.short_id(run["id"]), run["agent_name"], fmt.ago(run["started_at"], now),
                 fmt.duration(run["duration_ms"]), str(run["step_count"]), fmt.status(run),
-                Text(" LOOP ", style="bold white on red") if run["loop_detected"] else "",
+                verdict.badge(run, pad=" "),
                 fmt.tokens(run["input_tokens"] + run["output_tokens"]), fmt.money(run["cost_usd"]),
                 key=run["id"],
             )  # fmt: skip
@@ -131,17 +135,19 @@ class RunsScreen(Screen):
             table.move_cursor(row=self.row_ids.index(selected))
 
     def _show_filters(self, runs: list[dict]) -> None:
-        looping = sum(1 for run in runs if run["loop_detected"])
-        loop_rate = fmt.rate(looping / len(runs) if runs else None)
-        shown = [f"{len(runs)} runs", f"loop rate {loop_rate}"]
+        shown = [f"{len(runs)} runs", f"loop rate {fmt.rate(verdict.loop_rate(runs))}"]
         if self.loops_only:
-            shown.append("looping only")
+            shown.append("looping only (reported or detected)")
         if STATUSES[self.status_index]:
             shown.append(f"status {STATUSES[self.status_index]}")
         if self.agent:
             shown.append(f"agent {self.agent}")
         if self.query_text:
             shown.append(f"search “{self.query_text}”")
+        if any(verdict.source(run) == "server" for run in runs):
+            shown.append("LOOP* detected by the server only")
+        if any(not verdict.loops(run) and verdict.warnings(run) for run in runs):
+            shown.append("≈ near-duplicate ∅ no progress")
         self.query_one("#filters", Static).update(" · ".join(shown))
 
     # -- actions -----------------------------------------------------------

@@ -40,3 +40,6 @@ class Source:
 
     async def loops(self, run_id: str) -> list[dict]:
         return (await self._get(f"/runs/{run_id}/loops"))["data"]
+
+    async def findings(self, run_id: str) -> list[dict]:
+        return (await self._get(f"/runs/{run_id}/findings"))["data"]

@@ -1,7 +1,8 @@
-// Runs per time bucket as bars, loops and errors drawn inside them. Plain SVG:
+// Runs per time bucket as bars, loops (as the agents reported them, as the server
+// detected them) and errors drawn inside them. Plain SVG:
 // a chart library would weigh more than the rest of the dashboard.
 
-type Point = { start: string; runs: number; loop_runs: number; error_runs: number };
+type Point = { start: string; runs: number; loop_runs: number; detected_loop_runs?: number; error_runs: number };
 
 export function RunsChart(props: { points: Point[]; bucketSeconds: number }) {
   const { points } = props;
@@ -24,17 +25,18 @@ export function RunsChart(props: { points: Point[]; bucketSeconds: number }) {
           const x = pad + i * slot;
           return (
             <g key={p.start}>
-              <title>{`${label(p.start)}: ${p.runs} runs, ${p.loop_runs} loops, ${p.error_runs} errors`}</title>
+              <title>{`${label(p.start)}: ${p.runs} runs, ${p.loop_runs} loops reported, ${p.detected_loop_runs ?? 0} detected, ${p.error_runs} errors`}</title>
               <rect x={x} y={y(p.runs)} width={bar} height={height - pad - y(p.runs)} className="bar runs" />
-              <rect x={x} y={y(p.loop_runs)} width={bar / 2} height={height - pad - y(p.loop_runs)} className="bar loops" />
-              <rect x={x + bar / 2} y={y(p.error_runs)} width={bar / 2} height={height - pad - y(p.error_runs)} className="bar errors" />
+              <rect x={x} y={y(p.loop_runs)} width={bar / 3} height={height - pad - y(p.loop_runs)} className="bar loops" />
+              <rect x={x + bar / 3} y={y(p.detected_loop_runs ?? 0)} width={bar / 3} height={height - pad - y(p.detected_loop_runs ?? 0)} className="bar detected" />
+              <rect x={x + (2 * bar) / 3} y={y(p.error_runs)} width={bar / 3} height={height - pad - y(p.error_runs)} className="bar errors" />
               {i % every === 0 && <text x={x} y={height - 6} className="tick">{label(p.start)}</text>}
             </g>
           );
         })}
       </svg>
       <figcaption className="legend">
-        <span className="key runs" /> runs <span className="key loops" /> loops <span className="key errors" /> errors
+        <span className="key runs" /> runs <span className="key loops" /> loops reported by the agent <span className="key detected" /> loops detected by the server <span className="key errors" /> errors
       </figcaption>
     </figure>
   );

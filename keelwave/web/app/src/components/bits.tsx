@@ -1,4 +1,5 @@
 // Small shared pieces: loading and error states, the loop badge, the status label.
+import { LABELS, SHORT_WHO, SYMBOLS, Verdict, beganAt, source, warnings, who } from "../verdict";
 
 export function Loading() {
   return <div className="muted pad" role="status">Loading…</div>;
@@ -8,8 +9,30 @@ export function Problem(props: { message: string }) {
   return <div className="error pad" role="alert">{props.message}</div>;
 }
 
-export function LoopBadge() {
-  return <span className="badge loop" title="This run repeated a tool call with the same input">LOOP</span>;
+// LOOP, and who says so: the agent, the server, or both (red: a loop). Nothing when
+// neither does.
+export function LoopBadge(props: { run: Verdict }) {
+  const from = source(props.run);
+  if (!from) return null;
+  const step = beganAt(props.run);
+  const title = `Loop${step !== null ? ` from step ${step}` : ""}: ${who(props.run)}`;
+  return (
+    <span className={`verdict ${from}`} title={title}>
+      <span className="badge loop">LOOP</span> <span className="who">{SHORT_WHO[from]}</span>
+    </span>
+  );
+}
+
+const WHY: Record<string, string> = {
+  near_duplicate: "The same call again and again, with inputs that differ only in volatile values or formatting",
+  no_progress: "Calls to one tool whose result stays the same while its input changes",
+};
+
+// The server's warnings on a run (amber): near-duplicate calls, calls that make no progress.
+export function WarningBadges(props: { run: Verdict }) {
+  return <>{warnings(props.run).map((kind) => (
+    <span key={kind} className="badge warn" title={`${WHY[kind]} (a warning, not a loop)`}>{SYMBOLS[kind]} {LABELS[kind]}</span>
+  ))}</>;
 }
 
 const SHORT: Record<string, string> = { max_steps_reached: "max steps", context_limit: "context", loop_detected: "loop" };

@@ -2,13 +2,16 @@ import { useEffect, useState } from "react";
 import { Me, agentPath, get } from "../api";
 import { useApi } from "../useApi";
 import * as fmt from "../format";
-import { Band, Step, bandLabel, fold } from "../timeline";
+import { Band, Step, bandLabel, findingsOf, fold, isLoopBand, markText, nameOf } from "../timeline";
 import { Link } from "../router";
 import { Loading, LoopBadge, Problem, Status } from "../components/bits";
+import { Finding, LABELS, SYMBOLS, beganAt, isLoopKind, kinds, loops, who } from "../verdict";
 
 export function RunDetail(props: { me: Me; runId: string }) {
   const run = useApi<any>(agentPath(props.me, `/runs/${props.runId}`), {});
   const calls = useApi<any>(agentPath(props.me, `/runs/${props.runId}/llm`), {});
+  const found = useApi<{ data: Finding[] }>(agentPath(props.me, `/runs/${props.runId}/findings`), {});
+  const findings: Finding[] = found.data?.data ?? [];
   const [steps, setSteps] = useState<Step[] | null>(null);
   const [stepsError, setStepsError] = useState<string | null>(null);
   const [selected, setSelected] = useState<Step | null>(null);
@@ -37,13 +40,15 @@ export function RunDetail(props: { me: Me; runId: string }) {
     <section>
       <p><Link to="/runs">← Runs</Link></p>
       <div className="heading">
-        <h1>{r.agent_name} {r.loop_detected && <LoopBadge />}</h1>
+        <h1>{r.agent_name} <LoopBadge run={r} /></h1>
         <span className="mono muted">{r.id}</span>
       </div>
       <dl className="facts">
         <div><dt>status</dt><dd><Status run={r} /></dd></div>
         <div><dt>termination</dt><dd>{r.termination_reason ?? "—"}</dd></div>
-        <div><dt>loop began at</dt><dd className={r.loop_detected ? "bad" : ""}>{r.loop_step_index ? `step ${r.loop_step_index}` : "—"}</dd></div>
+        <div><dt>loop began at</dt><dd className={loops(r) ? "bad" : ""}><LoopBegan run={r} /></dd></div>
+        <div><dt>findings</dt><dd>{kinds(r).length ? kinds(r).map((kind, n) => (
+          <span key={kind} className={isLoopKind(kind) ? "bad" : "warn"}>{n ? ", " : ""}{LABELS[kind]}</span>)) : "none"}</dd></div>
         <div><dt>duration</dt><dd>{fmt.duration(r.duration_ms)}</dd></div>
         <div><dt>steps</dt><dd>{r.step_count}</dd></div>
         <div><dt>tokens</dt><dd>{fmt.tokens(r.input_tokens)} in · {fmt.tokens(r.output_tokens)} out</dd></div>
@@ -58,16 +63,23 @@ export function RunDetail(props: { me: Me; runId: string }) {
             <Link key={child} to={`/runs/${child}`} className="mono child">{fmt.shortId(child)}</Link>))}</>}
         </p>
       )}
+      <section aria-label="Findings">
+        <h2>Findings</h2>
+        {found.error ? <Problem message={found.error} /> : !found.data ? <Loading /> : <Findings findings={findings} />}
+      </section>
       <div className="split">
         <div>
           <h2>Timeline</h2>
-          {stepsError ? <Problem message={stepsError} /> : !steps ? <Loading /> : !steps.length ? <p className="muted">No steps recorded.</p> :
-            <ol className="timeline">{fold(steps).map((band) => (
-              <BandRow key={band.steps[0].step_index} band={band} selected={selected} onSelect={setSelected} />))}</ol>}
+          {stepsError ? <Problem message={stepsError} /> : !steps || !found.data ? <Loading /> : !steps.length ? <p className="muted">No steps recorded.</p> :
+            <>
+              <ol className="timeline">{fold(steps, findings).map((band) => (
+                <BandRow key={band.steps[0].step_index} band={band} selected={selected} onSelect={setSelected} />))}</ol>
+              <Legend />
+            </>}
         </div>
         <aside className="inspector" aria-label="Step inspector">
           <h2>Step</h2>
-          {selected ? <Inspector step={selected} /> : <p className="muted">Select a step to see its input and output.</p>}
+          {selected ? <Inspector step={selected} findings={findings} /> : <p className="muted">Select a step to see its input and output.</p>}
         </aside>
       </div>
       <h2>Model calls</h2>
@@ -90,39 +102,92 @@ export function RunDetail(props: { me: Me; runId: string }) {
   );
 }
 
+// "step 3" and who says so; "—" when neither the agent nor the server says the run loops.
+function LoopBegan(props: { run: any }) {
+  if (!loops(props.run)) return <>—</>;
+  const step = beganAt(props.run);
+  return <>{step !== null ? <span>step {step}</span> : <span>yes</span>} <span className="who">{who(props.run)}</span></>;
+}
+
+function Findings(props: { findings: Finding[] }) {
+  if (!props.findings.length) return <p className="muted">The server finds no repetition in this run's steps.</p>;
+  return (
+    <ul className="findings">
+      {props.findings.map((finding) => {
+        const loop = isLoopKind(finding.kind);
+        return (
+          <li key={`${finding.kind}-${finding.step_indices.join(",")}`} className={loop ? "finding loop" : "finding warn"}>
+            <span className={loop ? "badge loop" : "badge warn"}>{SYMBOLS[finding.kind] ? `${SYMBOLS[finding.kind]} ` : ""}{LABELS[finding.kind] ?? finding.kind}</span>
+            <span className="from">from step {finding.began_at_step}</span>
+            <span className="detail">{finding.detail}</span>
+            <span className="muted small">steps {finding.step_indices.join(", ")}</span>
+          </li>
+        );
+      })}
+    </ul>
+  );
+}
+
+function Legend() {
+  return (
+    <p className="legend" aria-label="Timeline legend">
+      <span className="key loops" /> a loop: the same call repeated, or a cycle of calls
+      <span className="key warn" /> a warning, not a loop: ≈ near-duplicate calls, ∅ no progress
+    </p>
+  );
+}
+
+function Marks(props: { band: Band }) {
+  return <>{props.band.marks.map((mark) => (
+    <span key={mark.finding.kind + mark.finding.began_at_step} className="mark" title={mark.finding.detail}>
+      {SYMBOLS[mark.finding.kind]} {markText(mark)}
+    </span>))}</>;
+}
+
+function Why(props: { band: Band }) {
+  const first = props.band.marks.filter((mark) => mark.first);
+  return <>{first.map((mark) => (
+    <p key={mark.finding.kind + mark.finding.began_at_step} className="why">{SYMBOLS[mark.finding.kind]} {mark.finding.detail}</p>))}</>;
+}
+
 function BandRow(props: { band: Band; selected: Step | null; onSelect: (step: Step) => void }) {
   const [open, setOpen] = useState(false);
   const { band } = props;
   const first = band.steps[0], last = band.steps.at(-1)!;
   const errors = band.steps.filter((step) => step.error).length;
-  if (band.steps.length === 1) {
+  const warned = band.marks.length ? "warned" : "";
+  if (!isLoopBand(band)) {
     return (
       <li>
-        <button className={`step ${first.in_loop ? "repeat" : ""} ${props.selected === first ? "selected" : ""}`} onClick={() => props.onSelect(first)}>
+        <button className={`step ${first.in_loop ? "repeat" : ""} ${warned} ${props.selected === first ? "selected" : ""}`} onClick={() => props.onSelect(first)}>
           <span className="idx">{first.step_index}</span>
           <span className="name">{bandLabel(band)}</span>
           {first.in_loop && <span className="hits" title="this input repeats elsewhere in the run">↻ ×{first.loop_hits}</span>}
+          <Marks band={band} />
           {errors > 0 && <span className="bad">error</span>}
           <span className="muted dur">{fmt.duration(first.duration_ms)}</span>
         </button>
+        <Why band={band} />
       </li>
     );
   }
   return (
-    <li className="band">
-      <button className="step looping" aria-expanded={open} onClick={() => setOpen(!open)}>
+    <li className={band.cycle ? "band cycle" : "band"}>
+      <button className="step looping" aria-expanded={open} onClick={() => setOpen(!open)} title={band.cycle?.detail}>
         <span className="idx">{first.step_index}–{last.step_index}</span>
         <span className="name">{bandLabel(band)}</span>
-        <span className="hits">steps {first.step_index}–{last.step_index}</span>
+        <span className="hits">{band.cycle ? "cycle, " : ""}steps {first.step_index}–{last.step_index}</span>
+        <Marks band={band} />
         {errors > 0 && <span className="bad">{errors} errors</span>}
         <span className="muted dur">{open ? "▾" : "▸"}</span>
       </button>
+      <Why band={band} />
       {open && (
         <ol>{band.steps.map((step) => (
           <li key={step.step_index}>
             <button className={`step repeat ${props.selected === step ? "selected" : ""}`} onClick={() => props.onSelect(step)}>
               <span className="idx">{step.step_index}</span>
-              <span className="name">{step.tool_name}</span>
+              <span className="name">{nameOf(step)}</span>
               <span className="muted dur">{fmt.duration(step.duration_ms)}</span>
             </button>
           </li>))}</ol>
@@ -131,12 +196,16 @@ function BandRow(props: { band: Band; selected: Step | null; onSelect: (step: St
   );
 }
 
-function Inspector(props: { step: Step }) {
+function Inspector(props: { step: Step; findings: Finding[] }) {
   const { step } = props;
   return (
     <div>
       <p><strong>step {step.step_index}</strong> · {step.step_type} · {fmt.duration(step.duration_ms)}</p>
       {step.in_loop && <p className="bad">Same tool, same input: {step.loop_hits} times in this run.</p>}
+      {findingsOf(step, props.findings).filter((finding) => finding.kind !== "exact_loop").map((finding) => (
+        <p key={finding.kind + finding.began_at_step} className={isLoopKind(finding.kind) ? "bad" : "warn"}>
+          {LABELS[finding.kind]}: {finding.detail}.
+        </p>))}
       {step.error && <pre className="error">{step.error}</pre>}
       {step.tool_input !== null && step.tool_input !== undefined && <><h3>input</h3><pre className="json">{JSON.stringify(step.tool_input, null, 2)}</pre></>}
       {step.tool_output !== null && step.tool_output !== undefined && <><h3>output</h3><pre className="json">{JSON.stringify(step.tool_output, null, 2)}</pre></>}

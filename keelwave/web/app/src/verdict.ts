@@ -1,0 +1,67 @@
+// Whose word a run's loop rests on: the agent's (loop_detected, as the SDK reported it
+// at finish), the server's (detected_loop, found in the stored steps), or both. A run
+// loops when either says so. The same rules as keelwave/remote/verdict.py.
+// Colours mean one thing: red is a loop, amber a warning that is not a loop.
+
+export type Kind = "exact_loop" | "cycle" | "near_duplicate" | "no_progress";
+export const KINDS: Kind[] = ["exact_loop", "cycle", "near_duplicate", "no_progress"];
+export const LOOP_KINDS: Kind[] = ["exact_loop", "cycle"];
+export const WARNING_KINDS: Kind[] = ["near_duplicate", "no_progress"];
+export const LABELS: Record<Kind, string> = {
+  exact_loop: "exact loop", cycle: "cycle", near_duplicate: "near-duplicate", no_progress: "no progress",
+};
+export const SYMBOLS: Record<string, string> = { near_duplicate: "≈", no_progress: "∅" };
+
+export type Finding = {
+  kind: Kind; began_at_step: number; step_indices: number[]; tool_names: string[]; hits: number; detail: string;
+};
+
+export type Verdict = {
+  loop_detected: boolean; loop_step_index: number | null;
+  detected_loop?: boolean; detected_loop_step_index?: number | null; findings?: Kind[];
+};
+
+export type Source = "both" | "agent" | "server" | null;
+
+export function source(run: Verdict): Source {
+  const agent = !!run.loop_detected, server = !!run.detected_loop;
+  return agent && server ? "both" : agent ? "agent" : server ? "server" : null;
+}
+
+export const loops = (run: Verdict) => source(run) !== null;
+
+export const isLoopKind = (kind: string) => (LOOP_KINDS as string[]).includes(kind);
+
+export function beganAt(run: Verdict): number | null {
+  const steps: number[] = [];
+  if (run.loop_detected && run.loop_step_index != null) steps.push(run.loop_step_index);
+  if (run.detected_loop && run.detected_loop_step_index != null) steps.push(run.detected_loop_step_index);
+  return steps.length ? Math.min(...steps) : null;
+}
+
+// "detected by the server"; "reported by the agent at step 2; the server found it from step 1".
+export function who(run: Verdict): string {
+  const agentStep = run.loop_step_index, serverStep = run.detected_loop_step_index;
+  switch (source(run)) {
+    case "agent": return "reported by the agent";
+    case "server": return "detected by the server";
+    case "both":
+      return agentStep != null && agentStep !== serverStep
+        ? `reported by the agent at step ${agentStep}; the server found it from step ${serverStep}`
+        : "reported by the agent and detected by the server";
+  }
+  return "";
+}
+
+export const SHORT_WHO: Record<string, string> = { both: "agent + server", agent: "agent", server: "server" };
+
+export function kinds(run: Verdict): Kind[] {
+  const found = new Set(run.findings ?? []);
+  return KINDS.filter((kind) => found.has(kind));
+}
+
+export const warnings = (run: Verdict) => kinds(run).filter((kind) => !isLoopKind(kind));
+
+export function loopRate(runs: Verdict[]): number | null {
+  return runs.length ? runs.filter(loops).length / runs.length : null;
+}

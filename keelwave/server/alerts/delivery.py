@@ -45,6 +45,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from keelwave import __version__
 from keelwave.server.alerts import destinations
 from keelwave.server.alerts.destinations import DestinationRefused, GuardedResolver
+from keelwave.server.store.periodic import woken
 from keelwave.settings import Settings
 
 log = logging.getLogger("keelwave.alerts")
@@ -358,10 +359,7 @@ class Deliverer:
 
     async def _run(self) -> None:
         while True:
-            try:
-                await asyncio.wait_for(self._wakeup.wait(), self._poll_seconds)
-            except TimeoutError:
-                pass
+            await woken(self._wakeup, self._poll_seconds)
             self._wakeup.clear()
             try:
                 while await self.round() == CLAIM_AT_MOST:

@@ -15,6 +15,21 @@ from psycopg_pool import PoolTimeout
 Job = Callable[[], Awaitable[object]]
 
 
+async def woken(event: asyncio.Event, seconds: float) -> None:
+    """Wait until ``event`` is set or ``seconds`` pass, whichever is first.
+
+    Not ``asyncio.wait_for(event.wait(), seconds)``: on Python 3.11 that swallows a
+    cancellation arriving just after the event is set (it returns the wait's result
+    instead of raising), and a job stopped by cancelling it would then run on
+    forever; a shutdown waiting for it hangs. asyncio.timeout has no such window.
+    """
+    try:
+        async with asyncio.timeout(seconds):
+            await event.wait()
+    except TimeoutError:
+        pass
+
+
 class Periodic:
     def __init__(
         self, name: str, job: Job, every: float, log: logging.Logger, first_after: float = 0

@@ -47,6 +47,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from keelwave.server.findings import Finding, StepView, findings
 from keelwave.server.store import statements
+from keelwave.server.store.periodic import woken
 
 log = logging.getLogger("keelwave.verdicts")
 
@@ -222,10 +223,7 @@ class VerdictKeeper:
 
     async def _run(self) -> None:
         while True:
-            try:
-                await asyncio.wait_for(self._wakeup.wait(), EVERY_SECONDS)
-            except TimeoutError:
-                pass
+            await woken(self._wakeup, EVERY_SECONDS)
             self._wakeup.clear()
             started = time.monotonic()
             try:

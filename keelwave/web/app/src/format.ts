@@ -50,3 +50,30 @@ export function change(current: number | null, previous: number | null, points =
 }
 
 export const shortId = (id: string) => id.slice(0, 8);
+
+// "2026-12-01 12:00:03 UTC": the local time, with its time zone.
+export function when(iso: string | null | undefined): string {
+  if (!iso) return "—";
+  const parts = Object.fromEntries(new Intl.DateTimeFormat("en-GB", {
+    year: "numeric", month: "2-digit", day: "2-digit", hour: "2-digit", minute: "2-digit", second: "2-digit",
+    hourCycle: "h23", timeZoneName: "short",
+  }).formatToParts(new Date(iso)).map((part) => [part.type, part.value]));
+  return `${parts.year}-${parts.month}-${parts.day} ${parts.hour}:${parts.minute}:${parts.second} ${parts.timeZoneName}`;
+}
+
+// A span of whole seconds: "none", "45s", "5m", "1h 30m", "2d".
+export function span(total: number): string {
+  if (!total) return "none";
+  const units: [number, string][] = [[86400, "d"], [3600, "h"], [60, "m"], [1, "s"]];
+  const out: string[] = [];
+  let rest = total;
+  for (const [size, unit] of units) {
+    if (rest >= size) { out.push(`${Math.floor(rest / size)}${unit}`); rest %= size; }
+  }
+  return out.slice(0, 2).join(" ");
+}
+
+// A number as short as it can be said: 51, 0.2, 0.1667.
+export function number(value: number): string {
+  return Number.isInteger(value) ? String(value) : String(Number(value.toFixed(4)));
+}

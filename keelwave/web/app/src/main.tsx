@@ -7,6 +7,7 @@ import { Overview } from "./pages/Overview";
 import { Runs } from "./pages/Runs";
 import { RunDetail } from "./pages/RunDetail";
 import { Tools } from "./pages/Tools";
+import { Alerts } from "./pages/Alerts";
 import "./styles.css";
 
 function App() {
@@ -36,6 +37,7 @@ function App() {
   if (pathname.startsWith("/runs/")) page = <RunDetail me={me} runId={decodeURIComponent(pathname.slice(6))} />;
   else if (pathname === "/runs") page = <Runs me={me} />;
   else if (pathname === "/tools") page = <Tools me={me} />;
+  else if (pathname === "/alerts") page = <Alerts me={me} />;
   else page = <Overview me={me} />;
   const tab = (to: string, label: string) => (
     <Link to={to} className={(to === "/" ? pathname === "/" : pathname.startsWith(to)) ? "tab active" : "tab"}>{label}</Link>
@@ -45,7 +47,7 @@ function App() {
     <div className="shell">
       <header className="top">
         <Link to="/" className="brand">keelwave</Link>
-        <nav aria-label="Pages">{tab("/", "Overview")}{tab("/runs", "Runs")}{tab("/tools", "Tools")}</nav>
+        <nav aria-label="Pages">{tab("/", "Overview")}{tab("/runs", "Runs")}{tab("/tools", "Tools")}{tab("/alerts", "Alerts")}</nav>
         <span className="spacer" />
         <span className="muted project">project {me.project}</span>
         <button className="ghost" onClick={signOut}>Sign out</button>

@@ -1,4 +1,4 @@
-// A small history router: the app has five pages, which does not need a library.
+// A small history router: the app has six pages, which does not need a library.
 import { useEffect, useState } from "react";
 
 export function navigate(to: string): void {

@@ -1,10 +1,11 @@
 import { useEffect, useState } from "react";
-import { Me, agentPath, get } from "../api";
+import { Me, agentPath, alertsPath, get } from "../api";
 import { useApi } from "../useApi";
 import * as fmt from "../format";
 import { Band, Step, bandLabel, findingsOf, fold, isLoopBand, markText, nameOf } from "../timeline";
 import { Link } from "../router";
 import { Loading, LoopBadge, Problem, Status } from "../components/bits";
+import { AlertEvent, Bell, DeliveryCell, EventState, EventValue, When } from "../components/alerts";
 import { Finding, LABELS, SYMBOLS, beganAt, isLoopKind, kinds, loops, who } from "../verdict";
 
 export function RunDetail(props: { me: Me; runId: string }) {
@@ -12,6 +13,9 @@ export function RunDetail(props: { me: Me; runId: string }) {
   const calls = useApi<any>(agentPath(props.me, `/runs/${props.runId}/llm`), {});
   const found = useApi<{ data: Finding[] }>(agentPath(props.me, `/runs/${props.runId}/findings`), {});
   const findings: Finding[] = found.data?.data ?? [];
+  // The alerts this run fired; looked at again every few seconds while the page is open.
+  const alerts = useApi<{ data: AlertEvent[] }>(alertsPath(props.me, "/events"), { run_id: props.runId }, 5000);
+  const fired: AlertEvent[] = alerts.data?.data ?? [];
   const [steps, setSteps] = useState<Step[] | null>(null);
   const [stepsError, setStepsError] = useState<string | null>(null);
   const [selected, setSelected] = useState<Step | null>(null);
@@ -54,6 +58,8 @@ export function RunDetail(props: { me: Me; runId: string }) {
         <div><dt>tokens</dt><dd>{fmt.tokens(r.input_tokens)} in · {fmt.tokens(r.output_tokens)} out</dd></div>
         <div><dt>cost</dt><dd>{fmt.money(r.cost_usd)}</dd></div>
         <div><dt>started</dt><dd title={r.started_at}>{fmt.ago(r.started_at)}</dd></div>
+        <div><dt>alerts</dt><dd>{alerts.error ? <span className="muted" title={alerts.error}>—</span> : !alerts.data ? "…" : fired.length ? (
+          <Link to={`/alerts?run_id=${r.id}`} className="fired"><Bell title="this run fired an alert" /> {fired.length} fired</Link>) : "none"}</dd></div>
       </dl>
       {r.error && <p className="error">{r.error}</p>}
       {(r.parent_run_id || r.child_runs.length > 0) && (
@@ -67,6 +73,12 @@ export function RunDetail(props: { me: Me; runId: string }) {
         <h2>Findings</h2>
         {found.error ? <Problem message={found.error} /> : !found.data ? <Loading /> : <Findings findings={findings} />}
       </section>
+      {fired.length > 0 && (
+        <section aria-label="Alerts">
+          <h2>Alerts <Link to={`/alerts?run_id=${r.id}`} className="small">on the Alerts page →</Link></h2>
+          <RunAlerts events={fired} />
+        </section>
+      )}
       <div className="split">
         <div>
           <h2>Timeline</h2>
@@ -99,6 +111,22 @@ export function RunDetail(props: { me: Me; runId: string }) {
         </div>
       )}
     </section>
+  );
+}
+
+function RunAlerts(props: { events: AlertEvent[] }) {
+  return (
+    <ul className="run-alerts">
+      {props.events.map((event) => (
+        <li key={event.id} className={`run-alert ${event.state}`}>
+          <EventState state={event.state} />
+          <strong>{event.rule_name}</strong>
+          <EventValue event={event} />
+          <When at={event.fired_at} />
+          <DeliveryCell delivery={event.delivery} />
+        </li>
+      ))}
+    </ul>
   );
 }
 

@@ -1,10 +1,11 @@
 import { useEffect, useState } from "react";
-import { Me, agentPath, get } from "../api";
+import { Me, agentPath, alertsPath, get } from "../api";
 import { useApi } from "../useApi";
 import * as fmt from "../format";
 import { Link, navigate, usePath } from "../router";
 import { Loading, LoopBadge, Problem, Status, WarningBadges } from "../components/bits";
 import { KINDS, LABELS, loopRate, loops, source } from "../verdict";
+import { AlertEvent, Bell } from "../components/alerts";
 
 const REASONS = ["clean", "max_steps_reached", "context_limit", "error", "loop_detected", "timeout"];
 // The loop filter: which account of looping a run must have (the API's three parameters).
@@ -58,6 +59,15 @@ export function Runs(props: { me: Me }) {
   };
   const loopChoice = LOOP_CHOICES.find(([key, , name, value]) => key && query.get(name) === value)?.[0] ?? "";
   const data: any[] = runs.data?.data ?? [];
+  // Which runs fired an alert: one request for the latest 500 events, not one per row.
+  const events = useApi<{ data: AlertEvent[] }>(alertsPath(props.me, "/events"), { limit: 500 }, 10000);
+  const fired = new Map<string, string[]>();
+  for (const event of events.data?.data ?? []) {
+    if (!event.run_id) continue;
+    const names = fired.get(event.run_id) ?? [];
+    if (!names.includes(event.rule_name)) names.push(event.rule_name);
+    fired.set(event.run_id, names);
+  }
   const rate = loopRate(data);
 
   return (
@@ -103,7 +113,7 @@ export function Runs(props: { me: Me }) {
                   <td className="num">{fmt.duration(run.duration_ms)}</td>
                   <td className="num">{run.step_count}</td>
                   <td><Status run={run} /></td>
-                  <td><div className="verdicts"><LoopBadge run={run} /><WarningBadges run={run} /></div></td>
+                  <td><div className="verdicts"><LoopBadge run={run} /><WarningBadges run={run} />{fired.has(run.id) && <Bell title={`fired an alert: ${fired.get(run.id)!.join(", ")}`} />}</div></td>
                   <td className="num">{fmt.tokens(run.input_tokens + run.output_tokens)}</td>
                   <td className="num">{fmt.money(run.cost_usd)}</td>
                 </tr>
@@ -113,7 +123,8 @@ export function Runs(props: { me: Me }) {
           <p className="legend" aria-label="Legend">
             <span className="badge loop">LOOP</span> the run loops — <em>agent</em>: the agent reported it · <em>server</em>: the
             server found it in the run's steps · <em>agent + server</em>: both. Red is a loop; <span className="warn">amber a
-            warning that is not one</span> (≈ near-duplicate calls, ∅ no progress).
+            warning that is not one</span> (≈ near-duplicate calls, ∅ no progress). <Bell title="fired an alert" /> the run fired
+            an alert (<Link to="/alerts">Alerts</Link>).
           </p>
         </div>
       )}

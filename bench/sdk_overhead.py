@@ -12,6 +12,14 @@ Three ways to call the same small tool, each many times, in one process:
 
 Reported: microseconds per call, and what each decorator adds to the bare
 call. The sender threads run during the measurement, as they would in an agent.
+keelwave is measured with its redaction on (the default) and off.
+
+Then redaction alone, on a typical step input of about 500 bytes of JSON:
+microseconds for its canonical JSON (for scale), for redacting it when it holds
+no secret (the screen: a few substring searches, the text kept as it is), when
+it holds "max_tokens" and the like (still the screen), and when it holds two
+secrets (parsed, walked and written again); and what an observed call with
+that input costs, redaction on and off.
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ import os
 import sys
 import threading
 import time
+import timeit
 
 
 class Sink(http.server.BaseHTTPRequestHandler):
@@ -62,14 +71,68 @@ def tool(q: str, max_results: int = 3) -> dict:
     return {"results": [q] * max_results}
 
 
-def measure_keelwave(sink: str, calls: int) -> float:
+def measure_keelwave(sink: str, calls: int, redact: bool = True) -> float:
     from keelwave import Keelwave
 
-    client = Keelwave(api_key="kw_" + "x" * 43, endpoint=sink, max_queue=10_000_000)
+    client = Keelwave(api_key="kw_" + "x" * 43, endpoint=sink, max_queue=10_000_000,
+                      redact=redact)  # fmt: skip
     observed = client.observe(name="web_search")(tool)
     with client.run("bench"):
         result = per_call(observed, calls)
     client.flush(60)
+    client.shutdown()
+    return result
+
+
+# A typical step input, about 500 bytes as canonical JSON: a search tool's arguments.
+STEP_INPUT = {
+    "query": "latest quarterly revenue of ACME corp in europe",
+    "filters": {"region": "eu", "year": 2024, "sources": ["news", "filings", "blogs"]},
+    "max_results": 10,
+    "model": "gpt-4o-mini",
+    "temperature": 0.2,
+    "headers": {"Accept": "application/json", "User-Agent": "research-agent/1.0"},
+    "url": "https://example.com/search?q=acme+revenue&page=2",
+    "notes": "compare with last year's numbers and summarise the differences in two sentences",
+}
+WITH_COUNTS = {**STEP_INPUT, "max_tokens": 512, "token_count": 37}
+WITH_SECRETS = {
+    **STEP_INPUT,
+    "headers": {**STEP_INPUT["headers"], "Authorization": "Bearer 9f8e7d6c5b4a39281706f5e4"},
+    "url": STEP_INPUT["url"] + "&api_key=abc123def456",
+}
+
+
+def best_of(func, number: int) -> float:
+    """Best of five rounds, in microseconds per call."""
+    return min(timeit.repeat(func, number=number, repeat=5)) / number * 1e6
+
+
+def measure_redaction(sink: str, calls: int) -> dict:
+    from keelwave import Keelwave
+    from keelwave.sdk import Redaction, canonical_json
+
+    redaction = Redaction()
+    inputs = {"clean": STEP_INPUT, "counts": WITH_COUNTS, "secrets": WITH_SECRETS}
+    texts = {name: canonical_json(value) for name, value in inputs.items()}
+    result = {
+        "bytes": len(texts["clean"]),
+        "canonical_us": best_of(lambda: canonical_json(STEP_INPUT), calls),
+        **{
+            f"redact_{name}_us": best_of(lambda t=text: redaction.redact_json(t), calls)
+            for name, text in texts.items()
+        },  # fmt: skip
+    }
+    for redact in (True, False):
+        client = Keelwave(api_key="kw_" + "x" * 43, endpoint=sink, max_queue=10_000_000,
+                          redact=redact)  # fmt: skip
+        observed = client.observe(name="search")(lambda **kwargs: {"hits": 3})
+        with client.run("bench"):
+            for name, value in (("clean", STEP_INPUT), ("secrets", WITH_SECRETS)):
+                key = f"observe_{name}_{'on' if redact else 'off'}_us"
+                result[key] = best_of(lambda f=observed, v=value: f(**v), calls)
+        client.flush(60)
+        client.shutdown()
     return result
 
 
@@ -99,7 +162,9 @@ def main() -> None:
     sink = start_sink()
     bare = per_call(tool, args.calls)
     ours = measure_keelwave(sink, args.calls)
+    unredacted = measure_keelwave(sink, args.calls, redact=False)
     peer = measure_langfuse(sink, args.calls // 10)  # it is slower: fewer calls suffice
+    redaction = measure_redaction(sink, max(1000, args.calls // 10))
 
     print(
         f"python: {sys.executable} ({sys.version.split()[0]}); {os.cpu_count()} cores; "
@@ -108,14 +173,25 @@ def main() -> None:
     print(f"{'':<28}{'µs/call':>10}{'added µs':>10}")
     print(f"{'bare function':<28}{bare:>10.2f}{'':>10}")
     print(f"{'keelwave @observe':<28}{ours:>10.2f}{ours - bare:>10.2f}")
+    print(f"{'  … with redact=False':<28}{unredacted:>10.2f}{unredacted - bare:>10.2f}")
     if peer is None:
         print("langfuse @observe: not installed (pip install langfuse)")
     else:
         print(f"{'langfuse @observe':<28}{peer:>10.2f}{peer - bare:>10.2f}")
         print(f"langfuse adds {(peer - bare) / (ours - bare):.1f}x what keelwave adds")
+    r = redaction
+    print(f"\nredaction of a {r['bytes']}-byte step input (µs; canonical JSON alone: "
+          f"{r['canonical_us']:.2f})")  # fmt: skip
+    print(f"{'':<34}{'redact':>8}{'observe, on':>13}{'observe, off':>14}")
+    print(f"{'no secret':<34}{r['redact_clean_us']:>8.2f}{r['observe_clean_on_us']:>13.2f}"
+          f"{r['observe_clean_off_us']:>14.2f}")  # fmt: skip
+    print(f"{'no secret, max_tokens, token_count':<34}{r['redact_counts_us']:>8.2f}")
+    print(f"{'a bearer token and an api_key':<34}{r['redact_secrets_us']:>8.2f}"
+          f"{r['observe_secrets_on_us']:>13.2f}{r['observe_secrets_off_us']:>14.2f}")  # fmt: skip
     if args.json:
         with open(args.json, "w") as file:
-            json.dump({"bare_us": bare, "keelwave_us": ours, "langfuse_us": peer}, file)
+            json.dump({"bare_us": bare, "keelwave_us": ours, "keelwave_unredacted_us": unredacted,
+                       "langfuse_us": peer, "redaction": redaction}, file)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
         Keelwave,
         LoopDetected,
         MaxStepsExceeded,
+        Redaction,
         Run,
         get_current_run,
     )
@@ -30,6 +31,7 @@ __all__ = [
     "Keelwave",
     "LoopDetected",
     "MaxStepsExceeded",
+    "Redaction",
     "Run",
     "__version__",
     "get_current_run",

@@ -21,6 +21,7 @@ PUBLIC = {
     "Keelwave",
     "LoopDetected",
     "MaxStepsExceeded",
+    "Redaction",
     "Run",
     "RunScope",
     "canonical_json",
@@ -126,6 +127,6 @@ def test_public_names_are_reexported() -> None:
 def test_the_private_modules_are_private(graph: grimp.ImportGraph) -> None:
     children = {m.rsplit(".", 1)[1] for m in graph.find_children(SDK)}
     assert children == {
-        "_adapters", "_canonical", "_client", "_context", "_delivery", "_errors", "_run",
-        "_spool", "_transport", "_validate",
+        "_adapters", "_canonical", "_client", "_context", "_delivery", "_errors", "_redact",
+        "_run", "_spool", "_transport", "_validate",
     }  # fmt: skip

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import random
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -174,3 +176,91 @@ def test_the_two_sdks_resend_each_others_spool(
             (key.project_id,),
         ).fetchall()
     assert rows == [("from-python", "clean", 7), ("from-typescript", "clean", 5)]
+
+
+# -- redaction: the same rules, the same bytes ---------------------------------------------
+
+
+def test_the_redaction_rules_match_the_python_module(built_sdk: Path) -> None:
+    from keelwave.sdk import _redact
+
+    script = "const r = await import('./dist/redact.js'); console.log(JSON.stringify({...r}));"
+    result = subprocess.run(
+        ["node", "--input-type=module", "-e", script],
+        cwd=built_sdk,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    typescript = json.loads(result.stdout)
+    for name in ("SECRET_KEY_PARTS", "SECRET_KEY_ENDINGS", "SECRET_KEYS",
+                 "NOT_SECRET_TOKEN_ENDINGS", "KEY_FRAGMENTS", "PARAMETER_PATTERN",
+                 "REDACTED"):  # fmt: skip
+        value = getattr(_redact, name)
+        assert typescript[name] == (list(value) if isinstance(value, tuple) else value), name
+    # The patterns character for character; replacements in each language's syntax.
+    python_rules = [
+        [list(fragments), pattern, re.sub(r"\\(\d)", r"$\1", replacement)]
+        for fragments, pattern, replacement in _redact.VALUE_RULES
+    ]
+    assert typescript["VALUE_RULES"] == python_rules
+
+
+def random_payloads(count: int, seed: int) -> list:
+    """JSON values both languages read alike (no floats: 3.0 is 3 in JavaScript),
+    full of the fragments the rules and the screens look for."""
+    pieces = ["pa_ss", "Password", "to_ken", "Token", "api.key", "X-Api-Key", "auth", "o_auth",
+              "max_tokens", "page_token", "Bearer x1y2z3w4", "bearer", "sk-", "sk-" + "a" * 20,
+              "AKIA" + "A" * 16, "ghp_" + "b" * 30, "xoxb-" + "1" * 10, "AIza" + "d" * 30,
+              "eyJ" + "e" * 8 + ".e" + "f" * 8 + ".", "kw_" + "g" * 40, "://u:p@h", "?password=x",
+              "&token=y", " secret=z", "-----BEGIN EC PRIVATE KEY-----", "caf\u00e9", "\u212a",
+              "\U0001f600", "\ud800", "\n", "\t", '"', "\\", "=", "@", "_", "-", " ", "name",
+              "key", "value", "cookie"]  # fmt: skip
+    rng = random.Random(seed)
+
+    def text() -> str:
+        return "".join(rng.choice(pieces) for _ in range(rng.randint(1, 4)))
+
+    def value(depth: int) -> object:
+        kind = rng.randrange(2 if depth > 2 else 4)
+        if kind == 0:
+            return text()
+        if kind == 1:
+            return rng.choice([None, True, False, rng.randint(-1000, 1000)])
+        if kind == 2:
+            return [value(depth + 1) for _ in range(rng.randrange(4))]
+        return {rng.choice([text(), "name", "key", "value"]): value(depth + 1)
+                for _ in range(rng.randint(1, 4))}  # fmt: skip
+
+    return [value(0) for _ in range(count)]
+
+
+REDACT_EACH = """
+import { Redaction } from "./dist/index.js";
+import { readFileSync } from "node:fs";
+const redaction = new Redaction();
+const payloads = JSON.parse(readFileSync(process.argv[1], "utf8"));
+process.stdout.write(JSON.stringify(payloads.map((p) => redaction.canonicalJson(p))));
+"""
+
+
+def test_the_two_sdks_redact_random_payloads_alike(built_sdk: Path, tmp_path: Path) -> None:
+    from keelwave.sdk._redact import DEFAULT
+
+    payloads = random_payloads(2000, seed=22)
+    path = tmp_path / "payloads.json"
+    path.write_text(json.dumps(payloads))
+    result = subprocess.run(
+        ["node", "--input-type=module", "-e", REDACT_EACH, str(path)],
+        cwd=built_sdk,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    typescript = json.loads(result.stdout)
+    python = [DEFAULT.canonical_json(payload) for payload in payloads]
+    differing = [(p, t) for p, t in zip(python, typescript, strict=True) if p != t]
+    assert not differing, differing[:3]
+    assert sum("[REDACTED]" in text for text in python) > len(python) // 4  # secrets were there

@@ -1,8 +1,9 @@
 """The SDK's entry point: ``Keelwave``, its decorators and the run context manager.
 
 Everything here runs in the agent's thread and is kept cheap: a step costs a
-few microseconds of bookkeeping (binding arguments, canonical JSON, a hash)
-and a queue append; the network is the transport thread's business.
+few microseconds of bookkeeping (binding arguments, canonical JSON, the
+redaction screen, a hash) and a queue append; the network is the transport
+thread's business.
 
 The top of the SDK's import tree: this module uses the run, the run context
 and the transport, and nothing else in the SDK imports it (runs and adapters
@@ -33,6 +34,8 @@ from keelwave.sdk._canonical import canonical_json, fingerprint
 from keelwave.sdk._context import current_run, current_step_index
 from keelwave.sdk._delivery import Event, Send
 from keelwave.sdk._errors import AgentStopped
+from keelwave.sdk._redact import Redaction
+from keelwave.sdk._redact import from_option as redaction_from_option
 from keelwave.sdk._run import Run
 from keelwave.sdk._spool import DEFAULT_MAX_BYTES, Spool
 from keelwave.sdk._transport import EXIT_TIMEOUT, Transport
@@ -55,6 +58,14 @@ class Keelwave:
     keeps what could not be sent before the process ended, up to
     ``spool_max_bytes`` in all, for the next client started with the same
     directory, endpoint and key, which resends it in the background.
+
+    ``redact`` hides secrets before anything leaves the process: ``True`` (the
+    default) the built-in rules (keys such as ``password`` or ``api_key``,
+    values such as bearer tokens and ``sk-…`` keys), a :class:`Redaction` for
+    more rules or a callback, ``False`` none (see docs/sdk.md, "Redaction").
+    A step's input is fingerprinted as it is sent, redacted:
+    ``fingerprint(name, client.redaction.canonical_json(input))`` (with
+    ``redact=False``, ``canonical_json(input)``).
     """
 
     def __init__(
@@ -66,7 +77,10 @@ class Keelwave:
         flush_at_exit: bool = True,
         spool_dir: str | os.PathLike | None = None,
         spool_max_bytes: int = DEFAULT_MAX_BYTES,
+        redact: bool | Redaction = True,
     ) -> None:
+        # Checked first: a wrong option is wrong on every run, so it raises ValueError.
+        self.redaction: Redaction | None = redaction_from_option(redact)
         self.api_key = api_key if api_key is not None else os.environ.get("KEELWAVE_API_KEY")
         self.endpoint = (
             endpoint or os.environ.get("KEELWAVE_ENDPOINT") or DEFAULT_ENDPOINT
@@ -157,7 +171,7 @@ class Keelwave:
         finished shows as running, then stalled, then timed out.
         """
         return Run(self._send, name, input=input, metadata=metadata, tags=tags, run_id=run_id,
-                   report=self._report)  # fmt: skip
+                   report=self._report, redaction=self.redaction)  # fmt: skip
 
     def agent(
         self,
@@ -272,13 +286,13 @@ class Keelwave:
         """Record every chat/responses call of an OpenAI client (sync or async)."""
         from keelwave.sdk._adapters.openai import wrap_openai
 
-        return wrap_openai(self._sender(), client, self._report)
+        return wrap_openai(self._sender(), client, self._report, self.redaction)
 
     def wrap_anthropic(self, client: Any) -> Any:
         """Record every messages call of an Anthropic client (sync or async)."""
         from keelwave.sdk._adapters.anthropic import wrap_anthropic
 
-        return wrap_anthropic(self._sender(), client, self._report)
+        return wrap_anthropic(self._sender(), client, self._report, self.redaction)
 
     def _sender(self) -> Send | None:
         # None when nothing is recorded: a wrapped call then costs only the wrapper.
@@ -286,7 +300,7 @@ class Keelwave:
 
 
 class _Step:
-    """One observed call in progress: index taken, input hashed, clock running."""
+    """One observed call in progress: index taken, input redacted and hashed, clock running."""
 
     __slots__ = ("run", "name", "step_type", "index", "input_json", "started", "started_at",
                  "token")  # fmt: skip
@@ -296,7 +310,7 @@ class _Step:
         self.name = name
         self.step_type = step_type
         self.index = run.next_step_index()  # may raise MaxStepsExceeded: the tool never runs
-        self.input_json = canonical_json(arguments)
+        self.input_json = run._payload(arguments)  # redacted here: it is fingerprinted
         self.started_at = time.time()
         self.token = current_step_index.set(self.index)
         self.started = time.perf_counter()
@@ -333,7 +347,8 @@ class RunScope:
 
     def __enter__(self) -> Run:
         self.run = Run(self._client._send, self._name, parent=current_run.get(),
-                       report=self._client._report, **self._options)  # fmt: skip
+                       report=self._client._report, redaction=self._client.redaction,
+                       **self._options)  # fmt: skip
         self._token = current_run.set(self.run)
         return self.run
 

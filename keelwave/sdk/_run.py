@@ -14,6 +14,14 @@ imports neither of them.
 Every event is checked as it is made (see ``_validate``): a bad value drops
 its own event, or leaves out its own field, and is reported; it never reaches
 the server to get a whole batch refused.
+
+Everything that can hold the agent's data is redacted (see ``_redact``) with
+the run's ``redaction`` (the client's; the built-in rules for a run made by
+hand): a step's input at once, in the agent's thread, because its fingerprint
+is taken over the redacted text (the text the server receives and fingerprints
+too); a step's output, thought and error in the sender thread, as the step's
+JSON is put together; a run's input, metadata, tags, output and error, and a
+model call's error, where their events are made (once a run, or a call).
 """
 
 from __future__ import annotations
@@ -37,6 +45,8 @@ from keelwave.sdk import _validate as check
 from keelwave.sdk._canonical import canonical_json, fingerprint
 from keelwave.sdk._delivery import Event, Send, dumps
 from keelwave.sdk._errors import LoopDetected, MaxStepsExceeded
+from keelwave.sdk._redact import DEFAULT as DEFAULT_REDACTION
+from keelwave.sdk._redact import Redaction
 from keelwave.sdk._validate import Report
 
 
@@ -66,8 +76,10 @@ class Run:
         stop_on_loop: bool = False,
         run_id: str | None = None,
         report: Report | None = None,
+        redaction: Redaction | None = DEFAULT_REDACTION,
     ) -> None:
         self._report = report or check.default_report
+        self._redaction = redaction
         self.recorded = True
         canonical = str(uuid.uuid4()) if run_id is None else check.as_uuid(run_id)
         self.id = canonical or str(run_id)
@@ -92,18 +104,25 @@ class Run:
         body: dict[str, Any] = {"id": self.id, "agent_name": name, "started_at": _now()}
         if parent is not None and parent.recorded:
             body["parent_run_id"] = parent.id
+        if tags and redaction is not None:
+            tags = [redaction.redact_text(tag) if isinstance(tag, str) else tag for tag in tags]
         tags = check.clean_tags(tags, self._report)
         if tags:
             body["tags"] = tags
         text = dumps(body)[:-1]
         if metadata:  # as canonical JSON: NaN or a set in metadata must not break the request
-            text += f',"metadata":{canonical_json(metadata)}'
+            text += f',"metadata":{self._payload(metadata)}'
         if input is not None:
-            text += f',"input":{canonical_json(input)}'
+            text += f',"input":{self._payload(input)}'
         send(Event("run", text + "}"))
 
     def __repr__(self) -> str:
         return f"<Run {self.name} {self.id}>"
+
+    def _payload(self, value: Any) -> str:
+        """``value`` as the JSON text to send (and fingerprint): canonical, redacted."""
+        text = canonical_json(value)
+        return text if self._redaction is None else self._redaction.redact_json(text)
 
     @property
     def finished(self) -> bool:
@@ -145,7 +164,7 @@ class Run:
         if problem is not None:
             check.refuse(self._report, "tool_name", name, problem, "the step is dropped")
             return index
-        self._send_step(index, step_type, name, canonical_json(input),
+        self._send_step(index, step_type, name, self._payload(input),
                         None if output is None else canonical_json(output),
                         None, duration_ms, error)  # fmt: skip
         return index
@@ -167,8 +186,8 @@ class Run:
         index: int,
         step_type: str,
         tool_name: str | None,
-        input_json: str | None,
-        output_json: str | None,
+        input_json: str | None,  # redacted already (it was fingerprinted)
+        output_json: str | None,  # canonical, not yet redacted
         content: str | None,
         duration_ms: float | None,
         error: str | BaseException | None,
@@ -184,11 +203,11 @@ class Run:
             type(duration_ms) is not float or not 0.0 <= duration_ms <= AMOUNT_MAX
         ):  # the fast path is for the observed tools' own timings, always fine
             duration_ms = check.optional_amount(duration_ms, "duration_ms", "step", self._report)
-        # The JSON text is put together by the sender thread, not the agent's.
+        # The JSON text is put together (and the output redacted) by the sender thread.
         self._send(Event("step", functools.partial(
             _render_step, self.id, index, step_type, tool_name, input_json, output_json,
             content, duration_ms, None if error is None else _error_text(error),
-            started_at or time.time(),
+            started_at or time.time(), self._redaction,
         )))  # fmt: skip
 
     # -- loops -------------------------------------------------------------
@@ -197,9 +216,10 @@ class Run:
         """Fingerprint ``name`` + ``input`` as the latest step; True if it repeats an earlier one.
 
         The first repeat in the run calls :meth:`mark_loop` with the step index
-        where that input was first seen.
+        where that input was first seen. The input is fingerprinted redacted, as it
+        is sent: two inputs that differ only in a secret are the same call.
         """
-        return self._check(fingerprint(name, canonical_json(input)), self._last_index)
+        return self._check(fingerprint(name, self._payload(input)), self._last_index)
 
     def _check(self, digest: bytes, index: int) -> bool:
         # dict.setdefault is atomic: threads sharing a run agree on the first index.
@@ -242,6 +262,7 @@ class Run:
             output_tokens=output_tokens, cache_read_tokens=cache_read_tokens,
             reasoning_tokens=reasoning_tokens, cost_usd=cost_usd, latency_ms=latency_ms,
             error=error, step_index=step_index if self.recorded else None, report=self._report,
+            redaction=self._redaction,
         )  # fmt: skip
         if event is not None:
             self._send(event)
@@ -276,10 +297,10 @@ class Run:
                 check.refuse(self._report, "loop_step_index", self.loop_step_index, problem,
                              "the run is finished without it")  # fmt: skip
         if error is not None:
-            body["error"] = _error_text(error)
+            body["error"] = _redacted_text(_error_text(error), self._redaction)
         text = dumps(body)
         if output is not None:
-            text = f'{text[:-1]},"output":{canonical_json(output)}}}'
+            text = f'{text[:-1]},"output":{self._payload(output)}}}'
         self._send(Event("finish", text))
 
 
@@ -294,8 +315,19 @@ def _render_step(
     duration_ms: float | None,
     error: str | None,
     started_at: float,
+    redaction: Redaction | None = None,
 ) -> str:
-    """A step as JSON text, built by hand so tool_input is exactly the text that was hashed."""
+    """A step as JSON text, built by hand so tool_input is exactly the text that was hashed.
+
+    ``input_json`` comes redacted (it was fingerprinted so); the output, the
+    thought and the error are redacted here, in the sender thread."""
+    if redaction is not None:
+        if output_json is not None:
+            output_json = redaction.redact_json(output_json)
+        if content is not None:
+            content = redaction.redact_text(content)
+        if error is not None:
+            error = check.free_text(redaction.redact_text(error))
     when = datetime.fromtimestamp(started_at, UTC).isoformat()
     parts = [f'{{"run_id":"{run_id}","step_index":{index},"step_type":"{step_type}"',
              f',"started_at":"{when}"']  # fmt: skip
@@ -329,6 +361,7 @@ def model_call_event(
     error: str | BaseException | None = None,
     step_index: int | None = None,
     report: Report = check.default_report,
+    redaction: Redaction | None = DEFAULT_REDACTION,
 ) -> tuple[Event | None, str]:
     """The event for one model call (with a fresh id, so a resend is stored once).
 
@@ -374,8 +407,12 @@ def model_call_event(
     if latency is not None:
         body["latency_ms"] = latency
     if error is not None:
-        body["error"] = _error_text(error)
+        body["error"] = _redacted_text(_error_text(error), redaction)
     return Event("ai", dumps(body)), call_id
+
+
+def _redacted_text(text: str, redaction: Redaction | None) -> str:
+    return text if redaction is None else check.free_text(redaction.redact_text(text))
 
 
 def _error_text(error: str | BaseException) -> str:

@@ -12,6 +12,8 @@ from typing import Any
 
 from keelwave.sdk._adapters.recording import Usage, field, number, patch
 from keelwave.sdk._delivery import Send
+from keelwave.sdk._redact import DEFAULT as DEFAULT_REDACTION
+from keelwave.sdk._redact import Redaction
 from keelwave.sdk._validate import Report, default_report
 
 
@@ -43,15 +45,20 @@ def _read_event(event: Any, usage: Usage) -> None:
 
 
 def wrap_anthropic(
-    send: Send | None, anthropic_client: Any, report: Report = default_report
+    send: Send | None,
+    anthropic_client: Any,
+    report: Report = default_report,
+    redaction: Redaction | None = DEFAULT_REDACTION,
 ) -> Any:
     """Patch ``messages`` of ``anthropic_client`` in place and return it.
 
     ``send`` queues the recorded calls (None: record nothing); ``report`` says a
-    problem with one (a model name the server would refuse) once. The object itself
-    is returned, not a proxy, so the agent keeps using the type it knows.
+    problem with one (a model name the server would refuse) once; ``redaction``
+    hides secrets in a failed call's error. The object itself is returned, not a
+    proxy, so the agent keeps using the type it knows.
     """
     messages = field(anthropic_client, "messages")
     if messages is not None:
-        patch(send, report, messages, "create", "anthropic", _read_response, _read_event)
+        patch(send, report, messages, "create", "anthropic", _read_response, _read_event,
+              redaction)  # fmt: skip
     return anthropic_client

@@ -14,6 +14,8 @@ from typing import Any
 
 from keelwave.sdk._adapters.recording import Usage, field, number, patch
 from keelwave.sdk._delivery import Send
+from keelwave.sdk._redact import DEFAULT as DEFAULT_REDACTION
+from keelwave.sdk._redact import Redaction
 from keelwave.sdk._validate import Report, default_report
 
 
@@ -53,17 +55,25 @@ def _read_response_event(event: Any, usage: Usage) -> None:
         _read_response(response, usage)
 
 
-def wrap_openai(send: Send | None, openai_client: Any, report: Report = default_report) -> Any:
+def wrap_openai(
+    send: Send | None,
+    openai_client: Any,
+    report: Report = default_report,
+    redaction: Redaction | None = DEFAULT_REDACTION,
+) -> Any:
     """Patch ``chat.completions`` and ``responses`` of ``openai_client`` in place and return it.
 
     ``send`` queues the recorded calls (None: record nothing); ``report`` says a
-    problem with one (a model name the server would refuse) once. The object itself
-    is returned, not a proxy, so the agent keeps using the type it knows.
+    problem with one (a model name the server would refuse) once; ``redaction``
+    hides secrets in a failed call's error. The object itself is returned, not a
+    proxy, so the agent keeps using the type it knows.
     """
     chat = field(openai_client, "chat", "completions")
     if chat is not None:
-        patch(send, report, chat, "create", "openai", _read_response, _read_chat_chunk)
+        patch(send, report, chat, "create", "openai", _read_response, _read_chat_chunk,
+              redaction)  # fmt: skip
     responses = field(openai_client, "responses")
     if responses is not None:
-        patch(send, report, responses, "create", "openai", _read_response, _read_response_event)
+        patch(send, report, responses, "create", "openai", _read_response, _read_response_event,
+              redaction)  # fmt: skip
     return openai_client

@@ -17,6 +17,8 @@ from typing import Any
 
 from keelwave.sdk._context import current_step_index, get_current_run
 from keelwave.sdk._delivery import Send
+from keelwave.sdk._redact import DEFAULT as DEFAULT_REDACTION
+from keelwave.sdk._redact import Redaction
 from keelwave.sdk._run import model_call_event
 from keelwave.sdk._validate import Report
 
@@ -59,10 +61,12 @@ def record(
     usage: Usage,
     started: float,
     error: BaseException | None,
+    redaction: Redaction | None = DEFAULT_REDACTION,
 ) -> None:
     """Send one model call, linked to the current run and step when there are any.
 
     ``send`` is None when the SDK records nothing (no API key): no event is built.
+    A provider's error may quote what it was sent: it goes through ``redaction``.
     A call that cannot be stored (a model name the server would refuse) is
     dropped and reported, never raised into the agent's call.
     """
@@ -83,6 +87,7 @@ def record(
         error=error,
         step_index=current_step_index.get() if run is not None else None,
         report=report,
+        redaction=redaction,
     )
     if event is not None:
         send(event)
@@ -96,6 +101,7 @@ def patch(
     provider: str,
     read_response: Callable[[Any, Usage], None],
     read_chunk: Callable[[Any, Usage], None],
+    redaction: Redaction | None = DEFAULT_REDACTION,
 ) -> None:
     """Replace ``resource.method`` by a recording version (sync or async, streaming or not)."""
     original = getattr(resource, method, None)
@@ -103,7 +109,9 @@ def patch(
         return
 
     def finish(response: Any, usage: Usage, started: float, stream: bool) -> Any:
-        done = functools.partial(record, send, report, provider, usage, started)
+        done = functools.partial(
+            record, send, report, provider, usage, started, redaction=redaction
+        )
         if stream:
             wrapper = AsyncRecordingStream if hasattr(response, "__aiter__") else RecordingStream
             return wrapper(response, done, usage, read_chunk)
@@ -115,7 +123,7 @@ def patch(
         try:
             response = await pending
         except BaseException as error:
-            record(send, report, provider, usage, started, error)
+            record(send, report, provider, usage, started, error, redaction)
             raise
         return finish(response, usage, started, stream)
 
@@ -129,7 +137,7 @@ def patch(
         try:
             response = original(*args, **kwargs)
         except BaseException as error:
-            record(send, report, provider, usage, started, error)
+            record(send, report, provider, usage, started, error, redaction)
             raise
         if inspect.isawaitable(response):
             return finish_async(response, usage, started, stream)

@@ -78,6 +78,9 @@ function byCodePoint(a: string, b: string): number {
   return x.length - y.length;
 }
 
+/** A string as JSON text, escaped as Python's json.dumps escapes it (for redact.ts). */
+export { string as jsonString };
+
 const SHORT: Record<string, string> = { '"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\b": "\\b", "\f": "\\f" };
 
 function string(text: string): string {

@@ -3,8 +3,9 @@
 // or tags given to observe() or agent()) throws a RangeError here, when the
 // function is wrapped; what arrives at run time is checked by the run.
 import { AsyncLocalStorage } from "node:async_hooks";
-import { canonicalJson, fingerprint } from "./canonical.js";
+import { fingerprint } from "./canonical.js";
 import { DEFAULT_STEP_TYPE, STEP_TYPES, TERMINATION_REASONS, type StepType } from "./protocol.js";
+import { redactionFrom, type Redaction, type RedactionOptions } from "./redact.js";
 import { AgentStopped, Run, type RunOptions } from "./run.js";
 import { Spool, DEFAULT_SPOOL_MAX_BYTES } from "./spool.js";
 import { EXIT_TIMEOUT_MS, Transport, type Event } from "./transport.js";
@@ -26,11 +27,18 @@ export type KeelwaveOptions = {
   spoolDir?: string;
   /** The most the spool directory holds; beyond it the oldest files are deleted. */
   spoolMaxBytes?: number;
+  /**
+   * Hide secrets before anything leaves the process: true (the default) the built-in
+   * rules, options or a Redaction for more rules or a callback, false none.
+   */
+  redact?: boolean | RedactionOptions | Redaction;
 };
 export type AgentOptions = Omit<RunOptions, "input" | "runId">;
 
 export class Keelwave {
   readonly endpoint: string;
+  /** What is hidden before sending (null: nothing). A step's input is fingerprinted as sent: `fingerprint(name, client.redaction.canonicalJson(input))`. */
+  readonly redaction: Redaction | null;
   private transport: Transport | null = null;
   private problems: Problems;
 
@@ -39,6 +47,7 @@ export class Keelwave {
     this.endpoint = (options.endpoint ?? process.env.KEELWAVE_ENDPOINT ?? "http://localhost:8080").replace(/\/+$/, "");
     const log = options.log ?? ((message: string) => console.warn(message));
     this.problems = new Problems(log); // each kind of problem is said once per client
+    this.redaction = redactionFrom(options.redact, this.report); // a wrong option throws, key or not
     if (!apiKey) {
       log("keelwave: no API key (set KEELWAVE_API_KEY); nothing will be recorded");
       return;
@@ -83,7 +92,7 @@ export class Keelwave {
    * it throws (re-thrown unchanged), or with a guard's reason. Nested runs are children.
    */
   async run<T>(name: string, body: (run: Run) => T | Promise<T>, options: RunOptions = {}): Promise<T> {
-    const run = new Run(this.send, name, getCurrentRun() ?? null, options, this.report);
+    const run = new Run(this.send, name, getCurrentRun() ?? null, options, this.report, this.redaction);
     try {
       const result = await current.run(run, () => body(run));
       run.finish("clean", { output: result });
@@ -120,7 +129,7 @@ export class Keelwave {
       const run = getCurrentRun();
       if (!run || !client.enabled) return fn.apply(this, args);
       const index = run.nextStepIndex();  // may throw MaxStepsExceeded: the tool never runs
-      const inputJson = canonicalJson(argumentsAsInput(args));
+      const inputJson = run.payload(argumentsAsInput(args)); // redacted: it is fingerprinted
       const startedAt = new Date().toISOString();
       const started = performance.now();
       const done = (output: unknown, error: unknown) => {

@@ -2,9 +2,15 @@
 // Every event is checked as it is made (validate.ts): a bad value drops its own
 // event, or leaves out its own field, and is reported once; it never reaches the
 // server to get a whole batch refused.
+//
+// Everything that can hold the agent's data is redacted (redact.ts) with the run's
+// redaction (the client's; the built-in rules for a run made by hand) before its
+// event is queued: a step's input first of all, since its fingerprint is taken over
+// the redacted text, the text the server receives and fingerprints too.
 import { randomUUID } from "node:crypto";
 import { canonicalJson, fingerprint } from "./canonical.js";
 import { STEP_INDEX_MAX, TERMINATION_REASONS, type CallStatus, type StepType, type TerminationReason } from "./protocol.js";
+import { DEFAULT_REDACTION, type Redaction } from "./redact.js";
 import type { Event } from "./transport.js";
 import * as check from "./validate.js";
 
@@ -41,7 +47,7 @@ export class Run {
   private lastIndex = 0;
   private firstSeen = new Map<string, number>();
 
-  constructor(private sink: Sink, readonly name: string, readonly parent: Run | null, private options: RunOptions = {}, private report: check.Report = check.defaultReport) {
+  constructor(private sink: Sink, readonly name: string, readonly parent: Run | null, private options: RunOptions = {}, private report: check.Report = check.defaultReport, private redaction: Redaction | null = DEFAULT_REDACTION) {
     const canonical = options.runId === undefined ? randomUUID() : check.asUuid(String(options.runId));
     this.id = canonical ?? String(options.runId);
     const problem = canonical === undefined ? "is not a UUID" : check.nameProblem(name);
@@ -53,13 +59,24 @@ export class Run {
     }
     const body: Record<string, unknown> = { id: this.id, agent_name: name, started_at: now() };
     if (parent?.recorded) body.parent_run_id = parent.id;
-    const tags = check.cleanTags(options.tags, report);
+    const tags = check.cleanTags(options.tags?.map((tag) => (typeof tag === "string" && redaction ? redaction.redactText(tag) : tag)), report);
     if (tags) body.tags = tags;
     let text = JSON.stringify(body).slice(0, -1);
     // As canonical JSON: a BigInt or a cycle in metadata must not throw into the agent.
-    if (options.metadata) text += `,"metadata":${canonicalJson(options.metadata)}`;
-    if (options.input !== undefined) text += `,"input":${canonicalJson(options.input)}`;
+    if (options.metadata) text += `,"metadata":${this.payload(options.metadata)}`;
+    if (options.input !== undefined) text += `,"input":${this.payload(options.input)}`;
     sink({ kind: "run", body: text + "}" });
+  }
+
+  /** @internal `value` as the JSON text to send (and fingerprint): canonical, redacted. */
+  payload(value: unknown): string {
+    const text = canonicalJson(value);
+    return this.redaction ? this.redaction.redactJson(text) : text;
+  }
+
+  /** @internal Free text to send (an error, a thought), redacted. */
+  sendableText(value: string): string {
+    return this.redaction ? check.freeText(this.redaction.redactText(value)) : value;
   }
 
   get finished(): boolean {
@@ -85,15 +102,18 @@ export class Run {
       check.refuse(this.report, "tool_name", name, problem, "the step is dropped");
       return index;
     }
-    const inputJson = canonicalJson(call.input ?? null);
+    const inputJson = this.payload(call.input ?? null);
     this.sendStep(index, "tool_call", name, inputJson, call.output, undefined, call.durationMs, call.error, call.startedAt);
     this.check(fingerprint(name, inputJson).toString("base64"), index);
     return index;
   }
 
-  /** Fingerprint `name` + `input` as the latest step; true if it repeats an earlier one. */
+  /**
+   * Fingerprint `name` + `input` as the latest step; true if it repeats an earlier one.
+   * The input is fingerprinted redacted, as it is sent: inputs that differ only in a secret are the same call.
+   */
   checkFingerprint(name: string, input: unknown): boolean {
-    return this.check(fingerprint(name, canonicalJson(input)).toString("base64"), this.lastIndex);
+    return this.check(fingerprint(name, this.payload(input)).toString("base64"), this.lastIndex);
   }
 
   /** Flag the run as looping from `stepIndex` (where the repetition began). */
@@ -155,7 +175,7 @@ export class Run {
     if (cost !== undefined) body.cost_usd = cost;
     const latency = check.optionalAmount(usage.latencyMs, "latency_ms", "model call", this.report);
     if (latency !== undefined) body.latency_ms = latency;
-    if (usage.error !== undefined) body.error = errorText(usage.error);
+    if (usage.error !== undefined) body.error = this.sendableText(errorText(usage.error));
     this.sink({ kind: "ai", body: JSON.stringify(body) });
     return id;
   }
@@ -172,9 +192,9 @@ export class Run {
       if (problem === undefined) body.loop_step_index = this.loopStepIndex;
       else check.refuse(this.report, "loop_step_index", this.loopStepIndex, problem, "the run is finished without it");
     }
-    if (end.error !== undefined) body.error = errorText(end.error);
+    if (end.error !== undefined) body.error = this.sendableText(errorText(end.error));
     let text = JSON.stringify(body);
-    if (end.output !== undefined) text = `${text.slice(0, -1)},"output":${canonicalJson(end.output)}}`;
+    if (end.output !== undefined) text = `${text.slice(0, -1)},"output":${this.payload(end.output)}}`;
     this.sink({ kind: "finish", body: text });
   }
 
@@ -191,7 +211,7 @@ export class Run {
     return true;
   }
 
-  /** @internal */
+  /** @internal `inputJson` comes redacted (it was fingerprinted so); the rest is redacted here. */
   sendStep(index: number, stepType: StepType, toolName?: string, inputJson?: string, output?: unknown, content?: string, durationMs?: number, error?: unknown, startedAt?: string): void {
     if (!this.recorded) return;
     if (index > STEP_INDEX_MAX) {
@@ -203,10 +223,10 @@ export class Run {
     let text = `{"run_id":"${this.id}","step_index":${index},"step_type":"${stepType}","started_at":"${startedAt ?? now()}"`;
     if (toolName !== undefined) text += `,"tool_name":${JSON.stringify(toolName)}`;
     if (inputJson !== undefined) text += `,"tool_input":${inputJson}`;
-    if (output !== undefined) text += `,"tool_output":${canonicalJson(output)}`;
-    if (content !== undefined) text += `,"content":${JSON.stringify(check.freeText(String(content)))}`;
+    if (output !== undefined) text += `,"tool_output":${this.payload(output)}`;
+    if (content !== undefined) text += `,"content":${JSON.stringify(check.freeText(this.sendableText(String(content))))}`;
     if (durationMs !== undefined) text += `,"duration_ms":${durationMs.toFixed(3)}`;
-    if (error !== undefined && error !== null) text += `,"error":${JSON.stringify(errorText(error))}`;
+    if (error !== undefined && error !== null) text += `,"error":${JSON.stringify(this.sendableText(errorText(error)))}`;
     this.sink({ kind: "step", body: text + "}" });
   }
 }

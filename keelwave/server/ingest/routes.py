@@ -18,6 +18,7 @@ from keelwave.server.http.auth import INGEST
 from keelwave.server.http.errors import ApiError, not_found, refused, unavailable
 from keelwave.server.http.operations import ApiRoutes
 from keelwave.server.http.responses import json_response
+from keelwave.server.ingest import redaction
 from keelwave.server.ingest.fingerprint import fingerprint
 from keelwave.server.ingest.pricing import PriceTable
 from keelwave.server.ingest.schemas import (
@@ -131,8 +132,8 @@ async def start_run(request: web.Request) -> web.Response:
                 run.agent_name,
                 run.parent_run_id,
                 timestamp(run.started_at, now),
-                payload_as_sent(run.input),
-                payload_as_sent(run.metadata),
+                redaction.json_payload(payload_as_sent(run.input)),
+                redaction.json_payload(payload_as_sent(run.metadata)),
                 run.tags,
             )
         )
@@ -148,8 +149,8 @@ def _finish_of(body: RunFinish, now: datetime) -> Finish:
         ended_at=timestamp(body.ended_at, now),
         loop_detected=body.loop_detected,
         loop_step_index=body.loop_step_index,
-        output=payload(body.output),
-        error=clean_text(body.error),
+        output=redaction.json_text(payload(body.output)),
+        error=redaction.text(clean_text(body.error)),
     )
 
 
@@ -221,13 +222,14 @@ async def ingest_steps(request: web.Request) -> web.Response:
                 step.step_index,
                 step.step_type,
                 step.tool_name,
-                payload_as_sent(step.tool_input),
-                payload_as_sent(step.tool_output),
-                clean_text(step.content),
+                # Stored redacted; fingerprinted as sent (ingest/redaction.py).
+                redaction.json_payload(payload_as_sent(step.tool_input)),
+                redaction.json_payload(payload_as_sent(step.tool_output)),
+                redaction.text(clean_text(step.content)),
                 fingerprint(step.tool_name, step.tool_input),
                 timestamp(step.started_at, now),
                 step.duration_ms,
-                clean_text(step.error),
+                redaction.text(clean_text(step.error)),
             )
         )
     await _write(request, steps=rows)
@@ -276,7 +278,7 @@ async def ingest_model_calls(request: web.Request) -> web.Response:
                 ),
                 call.latency_ms,
                 call.status,
-                clean_text(call.error),
+                redaction.text(clean_text(call.error)),
                 timestamp(call.started_at, now),
             )
         )

@@ -6,6 +6,7 @@ neither agent, tool nor model call (chains, HTTP clients, framework plumbing)
 only matter for their place in the tree, their name, how they ended and their
 resource: their attributes, often the bulkiest part (prompts), are dropped,
 except on a trace's root, which names a run of a trace without agent spans.
+Secrets in what is kept are redacted before it is stored.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import dataclasses
 
 import msgspec
 
+from keelwave.server.ingest import redaction
 from keelwave.server.ingest.otlp import conventions as c
 from keelwave.server.ingest.otlp.decode import Span
 
@@ -22,11 +24,22 @@ _decoder = msgspec.msgpack.Decoder(Span)
 
 
 def encode(span: Span) -> bytes:
-    """The stored form of ``span``; raises OverflowError or TypeError for values
-    msgpack cannot hold (an integer beyond 64 bits)."""
+    """The stored form of ``span``, its secrets redacted (ingest/redaction.py); raises
+    OverflowError or TypeError for values msgpack cannot hold (an integer beyond 64
+    bits)."""
     if span.parent_span_id is not None and c.role(span) == c.OTHER:
         events = [event for event in span.events if event.name == "exception"]
         span = dataclasses.replace(span, attributes={}, events=events)
+    span = dataclasses.replace(
+        span,
+        attributes=redaction.attributes(span.attributes),
+        events=[
+            dataclasses.replace(event, attributes=redaction.attributes(event.attributes))
+            for event in span.events
+        ],
+        status_message=redaction.text(span.status_message) or "",
+        resource=redaction.attributes(span.resource),
+    )
     return _encoder.encode(span)
 
 

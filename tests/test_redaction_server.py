@@ -1,0 +1,120 @@
+"""Secrets sent without the SDK (curl, OTLP from a framework) never reach storage: the
+server redacts them, and a test searches every table for them. Loops are still found."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+from conftest import Api, Project, query
+
+SECRETS = (
+    "sk-proj-4f9QmT7xKp2LrV8nZs3Wd6Yh1Bc5Ej0A",
+    "AKIAIOSFODNN7EXAMPLE",
+    "hunter2-but-longer",
+    "ghp_16C7e42F292c6912E7710c838347Ae178B4a",
+)
+
+
+def stored_text(db_url: str, project_id: str) -> str:
+    """Everything stored for a project, as one text to search."""
+    project = uuid.UUID(project_id)
+    parts = []
+    for sql in (
+        "SELECT row_to_json(r)::text FROM agent_runs r WHERE project_id = %s",
+        "SELECT row_to_json(s)::text FROM agent_steps s WHERE project_id = %s",
+        "SELECT row_to_json(a)::text FROM ai_traces a WHERE project_id = %s",
+        "SELECT convert_from(span, 'UTF8') FROM otlp_spans WHERE project_id = %s",
+    ):
+        try:
+            parts += [row[0] for row in query(db_url, sql, (project,))]
+        except Exception:  # msgpack is not UTF-8 throughout: search its bytes instead
+            rows = query(db_url, sql.replace("convert_from(span, 'UTF8')", "span"), (project,))
+            parts += [bytes(row[0]).decode("latin-1") for row in rows]
+    return "\n".join(parts)
+
+
+async def test_secrets_sent_with_curl_are_not_stored_and_loops_still_show(
+    api: Api, project: Project, db_url: str
+) -> None:
+    status, body, _ = await api.post(
+        "/v1/ingest/agent/runs",
+        json={"agent_name": "curl-agent", "input": {"openai_api_key": SECRETS[0]},
+              "metadata": {"deploy": f"key {SECRETS[1]}"}},
+        headers=project.auth(),
+    )  # fmt: skip
+    run_id = body["data"]["id"]
+    call = {
+        "tool_name": "fetch",
+        "tool_input": {"url": "https://x.dev", "auth": {"password": SECRETS[2]}},
+    }
+    steps = [
+        {"run_id": run_id, "step_index": n, **call,
+         "tool_output": {"note": f"token {SECRETS[3]}"}, "error": f"401 with Bearer {SECRETS[0]}"}
+        for n in (1, 2, 3)
+    ]  # fmt: skip
+    status, _, _ = await api.post("/v1/ingest/agent/steps", json=steps, headers=project.auth())
+    assert status == 200
+    status, _, _ = await api.post(
+        f"/v1/ingest/agent/runs/{run_id}/finish",
+        json={"termination_reason": "error", "error": f"key {SECRETS[1]} refused"},
+        headers=project.auth(),
+    )
+    assert status == 200
+    text = stored_text(db_url, project.id)
+    assert "[REDACTED]" in text
+    for secret in SECRETS:
+        assert secret not in text, secret
+    status, loops, _ = await api.get(
+        f"/v1/projects/{project.id}/agent/runs/{run_id}/loops", headers=project.auth()
+    )
+    assert [group["step_indices"] for group in loops["data"]] == [[1, 2, 3]]
+    status, steps_back, _ = await api.get(
+        f"/v1/projects/{project.id}/agent/runs/{run_id}/steps", headers=project.auth()
+    )
+    first = steps_back["data"][0]
+    assert first["tool_input"]["auth"] == "[REDACTED]"  # a key that names a secret
+    assert first["tool_input"]["url"] == "https://x.dev"  # the rest is kept
+
+
+async def test_secrets_in_otlp_spans_are_not_stored(api: Api, project: Project, db_url) -> None:
+    trace, agent = uuid.uuid4().hex, "a" * 16
+
+    def attr(key: str, value: str) -> dict:
+        return {"key": key, "value": {"stringValue": value}}
+
+    spans = [
+        {"traceId": trace, "spanId": agent, "name": "invoke_agent a", "kind": 1,
+         "startTimeUnixNano": "1764590000000000000", "endTimeUnixNano": "1764590001000000000",
+         "attributes": [attr("gen_ai.operation.name", "invoke_agent"),
+                        attr("gen_ai.agent.name", "otel-agent"),
+                        attr("input.value", f"use key {SECRETS[0]}")]},
+    ] + [
+        {"traceId": trace, "spanId": f"{n:016x}", "parentSpanId": agent, "name": "execute_tool",
+         "kind": 1, "startTimeUnixNano": str(1764590000000000000 + n * 1000),
+         "endTimeUnixNano": str(1764590000000000000 + n * 1000 + 500),
+         "attributes": [attr("gen_ai.operation.name", "execute_tool"),
+                        attr("gen_ai.tool.name", "fetch"),
+                        attr("gen_ai.tool.call.arguments",
+                             json.dumps({"url": "https://x.dev", "api_key": SECRETS[3]})),
+                        attr("http.request.header.authorization", f"Bearer {SECRETS[2]}")]}
+        for n in (1, 2)
+    ]  # fmt: skip
+    export = {"resourceSpans": [{"resource": {"attributes": [attr("deploy.token", SECRETS[1])]},
+                                 "scopeSpans": [{"scope": {}, "spans": spans}]}]}  # fmt: skip
+    async with api.session.post(
+        api.url + "/v1/traces",
+        data=json.dumps(export),
+        headers={**project.auth(), "Content-Type": "application/json"},
+    ) as response:
+        assert response.status == 200
+    text = stored_text(db_url, project.id)
+    for secret in SECRETS:
+        assert secret not in text, secret
+    [(run_id,)] = query(
+        db_url, "SELECT id FROM agent_runs WHERE project_id = %s", (uuid.UUID(project.id),)
+    )
+    status, loops, _ = await api.get(
+        f"/v1/projects/{project.id}/agent/runs/{run_id}/loops", headers=project.auth()
+    )
+    assert [group["step_indices"] for group in loops["data"]] == [[1, 2]]

@@ -141,6 +141,12 @@ class Settings(BaseSettings):
         "their steps arrive. Off: this server only ingests, and another one (any server on "
         "the same database) judges.",
     )
+    retention_every_seconds: float = Field(
+        default=600,
+        gt=0,
+        description="How often retention is enforced (projects' retention_days; one server "
+        "at a time does it); also soon after start.",
+    )
     retry_after_seconds: int = Field(
         default=1, ge=1, description="Retry-After sent with 503 answers."
     )

@@ -17,7 +17,9 @@ import sys
 from typing import Any
 
 # Commands that need more than the `cli` extra (which every other command needs).
-EXTRA_FOR_COMMAND = {"serve": "server", "migrate": "server", "keys": "server", "tui": "tui"}
+EXTRA_FOR_COMMAND = {
+    "serve": "server", "migrate": "server", "keys": "server", "projects": "server", "tui": "tui",
+}  # fmt: skip
 
 # Top-level modules that come with an extra. A missing one of these means an
 # extra is not installed; any other missing module is a bug, and is raised.

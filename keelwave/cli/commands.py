@@ -15,7 +15,7 @@ from typing import Annotated
 import typer
 
 from keelwave import __version__
-from keelwave.cli import alerts, demo, keys, migrate, query, serve, tui
+from keelwave.cli import alerts, delete, demo, keys, migrate, projects, query, serve, tui
 from keelwave.cli.common import new_app
 
 app = new_app(
@@ -49,9 +49,11 @@ def root(
 app.command("serve")(serve.serve)
 app.add_typer(migrate.app, name="migrate")
 app.add_typer(keys.app, name="keys")
+app.add_typer(projects.app, name="projects")
 app.command("demo")(demo.demo)
 app.command("login")(query.login)
 app.add_typer(query.runs_app, name="runs")
+query.runs_app.command("delete")(delete.delete)  # on the runs group, beside `show`
 app.command("loops")(query.loops)
 app.command("findings")(query.findings)
 app.command("summary")(query.summary)

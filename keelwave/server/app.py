@@ -27,9 +27,11 @@ from keelwave.server.ingest import routes as ingest
 from keelwave.server.ingest.otlp import routes as otlp
 from keelwave.server.ingest.otlp.export import TraceIngest
 from keelwave.server.ingest.pricing import PriceTable
+from keelwave.server.lifecycle import routes as lifecycle
 from keelwave.server.query import aggregates, loops, runs, tools
 from keelwave.server.store import pooling, refusals, timescale
 from keelwave.server.store.reaper import Reaper
+from keelwave.server.store.retention import Enforcer
 from keelwave.server.store.verdicts import VerdictKeeper
 from keelwave.server.store.writer import IngestWriter
 from keelwave.settings import Settings
@@ -48,6 +50,7 @@ ROUTE_TABLES = (
     aggregates.routes,
     runs.routes,
     tools.routes,
+    lifecycle.routes,
 )
 
 
@@ -160,6 +163,9 @@ async def _database(app: web.Application) -> AsyncIterator[None]:
     reaper.start()
     maintenance = timescale.Maintenance(pool)
     maintenance.start()
+    # Every process has one; the lease in the database lets one work at a time.
+    retention = Enforcer(pool, settings.retention_every_seconds)
+    retention.start()
     app[appkeys.POOL] = pool
     app[appkeys.WRITER] = writer
     app[appkeys.KEYSTORE] = keystore
@@ -186,6 +192,7 @@ async def _database(app: web.Application) -> AsyncIterator[None]:
         await verdicts.stop()
         await reaper.stop()
         await maintenance.stop()
+        await retention.stop()
         await keystore.stop()
         await deliverer.stop()  # its last sends are recorded while the pool is open
         await pool.close()

@@ -1,0 +1,101 @@
+"""``keelwave projects``: list projects and set how long each keeps its data, straight in
+the database (as ``keelwave keys`` does; ``PATCH /v1/projects/{p}`` is the API's way).
+
+The database driver is imported when a command runs (see :mod:`keelwave.cli.commands`).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+
+from keelwave.cli.common import DatabaseUrl, DataDir, fail, new_app, stdout
+from keelwave.cli.keys import JsonFlag, key_database
+
+app = new_app(help="List projects and set their retention.", no_args_is_help=True)
+
+FOREVER = ("forever", "never", "off", "none")
+
+
+def _days(text: str) -> int | None:
+    if text.strip().lower() in FOREVER:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        fail(f"DAYS must be a number of days or 'forever', not {text!r}")
+
+
+def _retention(days: int | None) -> str:
+    if days is None:
+        return "forever"
+    return f"{days} day" + ("s" if days != 1 else "")
+
+
+@app.command("list")
+def list_(
+    as_json: JsonFlag = False, database_url: DatabaseUrl = None, data_dir: DataDir = None
+) -> None:
+    """List projects, with how long each keeps its runs."""
+    from rich.table import Table
+
+    from keelwave.db import keys as key_store
+    from keelwave.db import projects as store
+
+    with key_database(database_url, data_dir) as conn:
+        rows = store.list_projects(conn)
+    if as_json:
+        stdout.print_json(json.dumps([key_store.jsonable(row) for row in rows]))
+        return
+    if not rows:
+        stdout.print("No projects yet. `keelwave keys create --project NAME` makes one.")
+        return
+    table = Table("name", "id", "retention", "last enforced", "keys", "created")
+    for row in rows:
+        enforced = row["retention_enforced_at"]
+        table.add_row(
+            row["name"],
+            row["id"][:8],
+            _retention(row["retention_days"]),
+            enforced.strftime("%Y-%m-%d %H:%M") if enforced else "",
+            str(row["active_keys"]),
+            row["created_at"].strftime("%Y-%m-%d %H:%M"),
+        )
+    stdout.print(table)
+
+
+@app.command("set-retention")
+def set_retention(
+    name: Annotated[str, typer.Argument(help="The project's name (or id).")],
+    days: Annotated[
+        str, typer.Argument(metavar="DAYS", help="Days to keep runs after they start; 'forever'.")
+    ],
+    as_json: JsonFlag = False,
+    database_url: DatabaseUrl = None,
+    data_dir: DataDir = None,
+) -> None:
+    """Keep a project's runs DAYS days after they started ('forever': never delete).
+
+    Running servers delete what is older within their next round (every ten minutes):
+    runs with their steps, model calls and alert events, and the rollups of those hours.
+    """
+    from keelwave.db import projects as store
+
+    retention = _days(days)
+    with key_database(database_url, data_dir) as conn:
+        try:
+            row = store.set_retention(conn, name, retention)
+        except (ValueError, store.UnknownProject) as error:
+            fail(str(error))
+    if as_json:
+        stdout.print_json(json.dumps(row))
+        return
+    if retention is None:
+        stdout.print(f"Project [bold]{row['name']}[/] keeps its runs forever.")
+    else:
+        stdout.print(
+            f"Project [bold]{row['name']}[/] keeps runs for {_retention(retention)}; "
+            "older ones are deleted within the servers' next retention round."
+        )

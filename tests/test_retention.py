@@ -35,6 +35,15 @@ from keelwave.server.store import retention
 DAY = timedelta(days=1)
 
 
+@pytest.fixture(autouse=True)
+def _now() -> None:
+    """The retention cutoff is "now" minus the period when enforcement runs: the ages
+    of the test's data count from the same moment (lifecycle_data.NOW is the moment
+    the suite imported it, minutes earlier in a full run)."""
+    global NOW
+    NOW = datetime.now(UTC).replace(microsecond=0)
+
+
 @pytest.fixture
 async def api(db_url: str, aiohttp_server, monkeypatch):
     """A real server (1 MiB bodies, for the OTLP traces) whose own enforcer stays out of

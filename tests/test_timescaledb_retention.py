@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import aiohttp
 import psycopg
@@ -37,6 +37,15 @@ pytestmark = pytest.mark.skipif(
     not ADMIN_URL, reason="KEELWAVE_TEST_TIMESCALEDB_URL is not set (a TimescaleDB to test on)"
 )
 DAY = timedelta(days=1)
+
+
+@pytest.fixture(autouse=True)
+def _now() -> None:
+    """The retention cutoff is "now" minus the period when enforcement runs: the ages
+    of the test's data count from the same moment (lifecycle_data.NOW is the moment
+    the suite imported it, minutes earlier in a full run)."""
+    global NOW
+    NOW = datetime.now(UTC).replace(microsecond=0)
 
 
 @pytest.fixture

@@ -229,8 +229,9 @@ async def enforced(url: str, project_id: str, days: int, load: Load) -> dict:
             row = conn.execute(
                 "SELECT e.summary, e.started_at FROM retention_enforcement e, retention_sweeps s "
                 "WHERE s.project_id = %s AND s.enforced_at > %s AND e.holder IS NULL "
-                "AND e.finished_at > s.enforced_at",
-                (project_id, set_at),
+                "AND e.finished_at > s.enforced_at "
+                "AND (e.summary -> 'projects' -> 0 ->> 'retention_days')::int = %s",
+                (project_id, set_at, days),
             ).fetchone()
             if row:
                 break
@@ -246,6 +247,7 @@ async def enforced(url: str, project_id: str, days: int, load: Load) -> dict:
         "steps": tally["steps"],
         "model_calls": tally["model_calls"],
         "chunks_dropped": summary["chunks_dropped"],
+        "drop_seconds": summary.get("drop_seconds"),
         "vacuumed": summary["vacuumed"],
         "load": figures,
     }

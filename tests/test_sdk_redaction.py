@@ -10,6 +10,7 @@ import json
 import logging
 import re
 from pathlib import Path
+from unittest import mock
 
 import httpx
 import pytest
@@ -18,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from keelwave import Keelwave, Redaction
-from keelwave.sdk import canonical_json, fingerprint
+from keelwave.sdk import _redact, canonical_json, fingerprint
 from keelwave.sdk._delivery import Event
 from keelwave.sdk._redact import DEFAULT, REDACTED
 from keelwave.sdk._run import Run
@@ -189,9 +190,17 @@ def test_a_private_key_cut_off_goes_to_the_end_of_the_text() -> None:
 
 # -- the screen --------------------------------------------------------------------------
 
-# A pattern that never matches makes every payload go through the walk; the screen may
-# only ever skip payloads in which the walk would change nothing.
+# A pattern that never matches makes every payload go through the walk, and with the
+# one-string screen off every rule is tried on every string: the screens may only
+# ever skip what would change nothing.
 WALKED = Redaction(patterns=[r"(?!)"])
+
+
+def exhaustively(call, argument: object) -> object:
+    with mock.patch.object(_redact, "_may_hold_credential", lambda text: True):
+        return call(argument)
+
+
 PIECES = ["pa_ss", "PASS", "to_ken", "tok-en", "Token", "api.key", "Api Key", "AUTH", "o_auth",
           "x-auth-token", "bearer", "Bearer x1y2z3w4", "sk-", "sk-" + "a" * 20, "AKIA" + "A" * 16,
           "ghp_" + "b" * 30, "github_pat_" + "c" * 30, "xoxb-" + "1" * 10, "AIza" + "d" * 30,
@@ -213,13 +222,17 @@ values = st.recursive(
 @settings(max_examples=1500, deadline=None)
 @given(values)
 def test_the_screen_never_skips_what_the_walk_would_redact(value: object) -> None:
-    assert DEFAULT.canonical_json(value) == WALKED.canonical_json(value)
+    assert DEFAULT.canonical_json(value) == exhaustively(WALKED.canonical_json, value)
+    padded = {"padding": "." * 100, "value": value}  # past the short-text screen
+    assert DEFAULT.canonical_json(padded) == exhaustively(WALKED.canonical_json, padded)
 
 
 @settings(max_examples=500, deadline=None)
 @given(texts)
 def test_free_text_is_redacted_alike_with_or_without_the_screen(text: str) -> None:
-    assert DEFAULT.redact_text(text) == WALKED.redact_text(text)
+    assert DEFAULT.redact_text(text) == exhaustively(DEFAULT.redact_text, text)
+    padded = "." * 100 + text
+    assert DEFAULT.redact_text(padded) == exhaustively(DEFAULT.redact_text, padded)
 
 
 # -- options ------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ postgresql://postgres@127.0.0.1:5433/postgres); skipped, and listed as skipped, 
 
 from __future__ import annotations
 
+import asyncio
 import os
 import uuid
 from collections.abc import Iterator
@@ -165,3 +166,43 @@ async def test_drop_chunks_past_every_period_and_batched_deletes_for_the_rest(
             tsdb_url, "SELECT count(*) FROM agent_runs WHERE project_id = %s", (forever.id,)
         )
         assert kept == 1
+
+
+async def test_chunks_are_dropped_under_live_ingest_without_failing_it(
+    tsdb_url: str, aiohttp_server, monkeypatch
+) -> None:
+    """Ingest reads every chunk (its duplicate checks have no time bound) while
+    drop_chunks locks them: the drop waits or gives up, never the ingest."""
+    monkeypatch.setattr(retention, "FIRST_AFTER_SECONDS", 3600.0)
+    app = create_app(make_settings(retention_every_seconds=3600), tsdb_url)
+    server = await aiohttp_server(app)
+    project = make_project(tsdb_url)
+    async with aiohttp.ClientSession() as session:
+        api = Api(str(server.make_url("")).rstrip("/"), session)
+        await send(api, project, history())
+        compress(tsdb_url)
+        sql(tsdb_url, "UPDATE projects SET retention_days = 20 WHERE id = %s", (project.id,))
+        statuses: list[int] = []
+        done = asyncio.Event()
+
+        async def agent(number: int) -> None:
+            auth = project.auth("ingest")
+            while not done.is_set():
+                run = Run(NOW, steps=5)
+                body = {"id": run.id, "agent_name": f"live-{number}"}
+                statuses.append(
+                    (await api.post("/v1/ingest/agent/runs", json=body, headers=auth))[0]
+                )
+                status, _, _ = await api.post(
+                    "/v1/ingest/agent/steps", json=run.step_bodies(), headers=auth
+                )
+                statuses.append(status)
+
+        agents = [asyncio.create_task(agent(n)) for n in range(6)]
+        await asyncio.sleep(1)
+        summary = await enforce(tsdb_url)
+        await asyncio.sleep(0.5)
+        done.set()
+        await asyncio.gather(*agents)
+    assert summary["chunks_dropped"].get("agent_steps", 0) >= 15
+    assert statuses and set(statuses) <= {200, 201}, sorted(set(statuses))

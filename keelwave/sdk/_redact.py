@@ -189,16 +189,22 @@ def _rank(character: str) -> int:
 # they show in the text as in the string. "Bearer" is left to the key screen, which
 # sees it as "bearer"; so is a parameter, whose name it sees.) Written by hand, by
 # where they can start: one regex per literal first character.
-_VALUE_SCREEN = tuple(
-    re.compile(pattern).search  # bound once: a screen is a few calls, each counts
-    for pattern in (
-        "eyJ",  # JWTs
-        "A(?:KIA|SIA|Iza)",  # AWS access key ids, Google API keys
-        "_(?:(?<=kw_)|(?<=gh[pousr]_)|(?<=github_pat_))",  # keelwave keys, GitHub tokens
-        "-(?:(?<=sk-)|(?<=xox[baprs]-)|----BEGIN)",  # sk- keys, Slack tokens, PEM blocks
-        r'://[^/?#@ "]*@',  # a password in a URL: "://" with an "@" before the host ends
-    )
+_VALUE_SCREEN_PATTERNS = (
+    "eyJ",  # JWTs
+    "A(?:KIA|SIA|Iza)",  # AWS access key ids, Google API keys
+    "_(?:(?<=kw_)|(?<=gh[pousr]_)|(?<=github_pat_))",  # keelwave keys, GitHub tokens
+    "-(?:(?<=sk-)|(?<=xox[baprs]-)|----BEGIN)",  # sk- keys, Slack tokens, PEM blocks
+    r'://[^/?#@ "]*@',  # a password in a URL: "://" with an "@" before the host ends
 )
+# Bound once: a screen is a few calls, and each call counts.
+_VALUE_SCREEN = tuple(re.compile(pattern).search for pattern in _VALUE_SCREEN_PATTERNS)
+# Short texts are screened with one alternation of the same patterns instead: re
+# tries it at every position, which below some 80 characters costs less than the
+# fixed price of several searches (tiny tool inputs and outputs are the common ones).
+_SHORT_TEXT = 80
+_VALUE_IN_SHORT = re.compile("|".join(_VALUE_SCREEN_PATTERNS)).search
+# For one string of the walk, "Bearer" too (the key screen sees it in a whole text).
+_CREDENTIAL_IN_SHORT = re.compile("|".join((*_VALUE_SCREEN_PATTERNS, "earer", "EARER"))).search
 
 Callback = Callable[[Any], Any]
 
@@ -249,6 +255,9 @@ class Redaction:
             re.compile(pattern.encode("ascii")).search
             for pattern in _screen_patterns(key_fragments)
         )
+        self._key_in_short = re.compile(
+            "|".join(re.escape(fragment) for fragment in key_fragments).encode("ascii") or b"(?!)"
+        ).search
         self._walk_always = bool(self.patterns) or callback is not None
         self._verdicts: dict[str, bool] = {}  # key → secret?; agents use few keys
         self._problems = Problems()
@@ -291,13 +300,20 @@ class Redaction:
 
     def _may_hold_secret(self, text: str) -> bool:
         """False only when no rule can match anywhere in ``text`` (canonical JSON)."""
+        short = len(text) < _SHORT_TEXT
         if self.builtin:
-            for search in _VALUE_SCREEN:
-                if search(text) is not None:
+            if short:
+                if _VALUE_IN_SHORT(text) is not None:
                     return True
+            else:
+                for search in _VALUE_SCREEN:
+                    if search(text) is not None:
+                        return True
         # Canonical JSON is ASCII (the rest is escaped), so this is the compact form of
         # every key and string in it, run together.
         squeezed = text.encode("utf-8", "surrogatepass").translate(_LOWER_BYTES, _DROPPED_BYTES)
+        if short:
+            return self._key_in_short(squeezed) is not None
         for search in self._key_screen:  # noqa: SIM110 — any() and a generator cost more
             if search(squeezed) is not None:
                 return True
@@ -392,6 +408,8 @@ class Redaction:
 
 def _may_hold_credential(text: str) -> bool:
     """False only when no value rule can match in ``text`` (the screen, for one string)."""
+    if len(text) < _SHORT_TEXT:
+        return _CREDENTIAL_IN_SHORT(text) is not None
     for search in _VALUE_SCREEN:
         if search(text) is not None:
             return True

@@ -9,11 +9,12 @@ each retained project's cutoff (now minus its period, by run start) and:
 1. On TimescaleDB, when no project keeps forever, drops the chunks of
    agent_steps and ai_traces that lie wholly before the *longest* period's
    cutoff: whole files, no row deletes, nothing to vacuum. The chunks are
-   locked first, NOWAIT, so the drop never waits holding a lock that ingest
-   waits for (see _drop_chunks_of).
+   locked first, with a timeout that makes this, not ingest, give up in a
+   deadlock (see _drop_chunks_of).
 2. Deletes the project's runs that started before its cutoff, with their
    steps, model calls, OTLP rows and alert events, through erasure.py (short
-   batches under per-run locks). The runs of the cutoff's own hour are taken
+   batches under per-run locks, pausing between them as long as each took:
+   retention is never urgent). The runs of the cutoff's own hour are taken
    out of the rollups exactly; the rollups of the hours wholly before it are
    deleted afterwards (their data is gone), so an aggregate over a window that
    lies wholly inside the retained period is unchanged.
@@ -22,9 +23,9 @@ each retained project's cutoff (now minus its period, by run start) and:
    alert events fired before it. The sweep reads from where the last round
    stopped (retention_sweeps), a day at a time.
 4. After a round that deleted more than VACUUM_FRACTION of a table, runs VACUUM
-   (ANALYZE) on it, rather than wait for autovacuum's 20%: the space is reused
-   by new rows at once and the table does not grow. VACUUM (not FULL) takes no
-   lock that blocks reads or writes.
+   (ANALYZE) on it, rather than wait for autovacuum: the space is reused by new
+   rows at once and the table does not grow. VACUUM (not FULL) takes no lock
+   that blocks reads or writes.
 
 Migration 0009 and docs/deployment.md ("Retention") give the measurements
 behind these choices.
@@ -59,7 +60,10 @@ SWEEP_WINDOW = timedelta(days=1)
 # Rows that arrive late for the time they say they are from: the sweep goes back this
 # far before the last round's cutoff.
 SWEEP_SLACK = timedelta(hours=1)
-DROP_LOCK_TIMEOUT = "100ms"  # well under deadlock_timeout (1 s by default)
+DROP_LOCK_TIMEOUT_MS = 200  # and at most half of deadlock_timeout (1 s by default)
+DEADLOCK_TIMEOUT_MS = (
+    "SELECT extract(epoch FROM current_setting('deadlock_timeout')::interval) * 1000"
+)
 DROP_ATTEMPTS = 20
 ROWS_PER_STATEMENT = 5_000  # sweeps and rollup deletes
 PAUSE_RATIO = 1.0  # see _Round.between_batches; bench/retention.py --pause measures it
@@ -156,17 +160,11 @@ DELETE FROM {table} WHERE ({keys}) IN (
     SELECT {keys} FROM {table} WHERE project_id = %(project)s AND bucket < %(before)s
     ORDER BY {keys} LIMIT %(limit)s)
 """
-# Live and dead tuples of a table, or of a hypertable's chunks, as the statistics
-# collector last heard (a backend reports within seconds of its transactions).
-TUPLES = """
-SELECT coalesce(sum(n_live_tup), 0), coalesce(sum(n_dead_tup), 0) FROM pg_stat_user_tables
+# Live tuples of a table, as the statistics collector last heard (a backend reports
+# within seconds of its transactions).
+LIVE_TUPLES = """
+SELECT coalesce(sum(n_live_tup), 0) FROM pg_stat_user_tables
 WHERE schemaname = 'public' AND relname = %(table)s
-"""
-CHUNK_TUPLES = """
-SELECT coalesce(sum(s.n_live_tup), 0), coalesce(sum(s.n_dead_tup), 0)
-FROM pg_stat_user_tables s JOIN timescaledb_information.chunks c
-  ON c.chunk_schema = s.schemaname AND c.chunk_name = s.relname
-WHERE c.hypertable_name = %(table)s
 """
 # The chunks drop_chunks will drop, and their compressed chunks, as quoted names.
 DROPPABLE = """
@@ -273,6 +271,7 @@ async def _enforce(work: _Round) -> None:
 
 
 async def _drop_chunks(work: _Round, older_than: datetime) -> None:
+    started = time.perf_counter()
     for table in HYPERTABLES:
         for attempt in range(DROP_ATTEMPTS):
             try:
@@ -285,23 +284,27 @@ async def _drop_chunks(work: _Round, older_than: datetime) -> None:
             break
         else:
             log.info("retention: %s chunks stayed busy; they go next round", table)
+    work.summary["drop_seconds"] = round(time.perf_counter() - started, 3)
 
 
 async def _drop_chunks_of(work: _Round, table: str, older_than: datetime) -> int:
-    """Drop ``table``'s chunks wholly before ``older_than`` in one transaction that never
-    waits while it holds a lock.
+    """Drop ``table``'s chunks wholly before ``older_than``, in a transaction that gives
+    up rather than ever make ingest fail.
 
     drop_chunks locks each chunk and its compressed chunk in turn, while an ingest
-    transaction that probes every chunk (a duplicate check has no time bound) may
-    hold one and want the other: a deadlock, which PostgreSQL may settle by
-    aborting the ingest (measured: a 503 to an agent). So every relation it will
-    drop is locked first, all in one statement, NOWAIT: busy means give up at once,
-    release everything, and try again in a moment. Anything else drop_chunks
-    waits for is bounded by a lock timeout well under deadlock_timeout, so this
-    transaction is the one that gives up.
+    transaction (whose duplicate checks, with no time bound, read every chunk) may
+    hold one and want the other: a deadlock. PostgreSQL settles it in whichever
+    waited deadlock_timeout first, and measured, that was the ingest (a 503 to an
+    agent). So every relation to drop is locked first, in one statement, with a
+    lock timeout well under deadlock_timeout: this transaction waits for the
+    ingest transactions in flight (milliseconds), and in a deadlock it is the one
+    that gives up, releases everything and tries again in a moment. (NOWAIT never
+    got the locks under load: some ingest transaction always holds them.)
     """
     async with work.pool.connection() as conn, conn.transaction():
-        await conn.execute(f"SET LOCAL lock_timeout = '{DROP_LOCK_TIMEOUT}'")
+        [(deadlock_ms,)] = await (await conn.execute(DEADLOCK_TIMEOUT_MS)).fetchall()
+        timeout_ms = max(10, min(DROP_LOCK_TIMEOUT_MS, int(deadlock_ms) // 2))
+        await conn.execute(f"SET LOCAL lock_timeout = '{timeout_ms}ms'")
         relations = [
             name
             for chunk, compressed in await (
@@ -312,7 +315,7 @@ async def _drop_chunks_of(work: _Round, table: str, older_than: datetime) -> int
         ]
         if not relations:
             return 0
-        await conn.execute(f"LOCK TABLE {', '.join(relations)} IN ACCESS EXCLUSIVE MODE NOWAIT")
+        await conn.execute(f"LOCK TABLE {', '.join(relations)} IN ACCESS EXCLUSIVE MODE")
         dropped = await (
             await conn.execute(
                 "SELECT drop_chunks(%s::regclass, older_than => %s::timestamptz)",
@@ -400,22 +403,30 @@ async def _delete_rollups(work: _Round, project_id: uuid.UUID, before: datetime)
 
 
 async def _vacuum(work: _Round) -> None:
-    """VACUUM (ANALYZE) each table this round deleted from whose dead tuples are more than
-    VACUUM_FRACTION of it: after a big round at once, and after enough small ones (dead
-    tuples add up between rounds; autovacuum would wait for 20%)."""
+    """VACUUM (ANALYZE) each table this round deleted more than VACUUM_FRACTION of.
+
+    A big round (the first one on an old database, a period made shorter) would
+    otherwise leave its dead rows until autovacuum comes round, and the table
+    would grow with new rows meanwhile. The ten-minute rounds of a steady state
+    delete a sliver each; autovacuum (at 20% dead rows, by default) keeps up with
+    those, and the space it frees is what the next days' rows fill.
+    """
     for table, deleted in work.deleted.items():
         if not deleted:
             continue
-        tuples = CHUNK_TUPLES if work.timescale and table in HYPERTABLES else TUPLES
-        [(live, dead)] = await work.rows(tuples, {"table": table})
-        dead = max(int(dead), deleted)  # this round's may not be reported yet
-        if dead <= VACUUM_FRACTION * (int(live) + dead):
+        if work.timescale and table in HYPERTABLES:  # compressed rows included
+            [(live,)] = await work.rows("SELECT approximate_row_count(%s::regclass)", (table,))
+        else:
+            [(live,)] = await work.rows(LIVE_TUPLES, {"table": table})
+        # The estimates may or may not count this round's deletes yet: at worst the
+        # fraction comes out a little low.
+        if deleted <= VACUUM_FRACTION * (int(live) + deleted):
             continue
         started = time.perf_counter()
         async with work.pool.connection() as conn:
             await conn.execute(f"VACUUM (ANALYZE) {table}")
         seconds = round(time.perf_counter() - started, 3)
-        work.summary["vacuumed"].append({"table": table, "dead": dead, "seconds": seconds})
+        work.summary["vacuumed"].append({"table": table, "deleted": deleted, "seconds": seconds})
 
 
 class Enforcer(Periodic):

@@ -16,6 +16,7 @@ import typer
 from keelwave.cli.common import fail, stdout
 from keelwave.cli.query import ApiKey, Endpoint, Json, api_for, print_json
 
+DELETE_TIMEOUT_SECONDS = 3600.0
 _AGO = re.compile(r"^(\d{1,5})(m|h|d)$")
 _UNITS = {"m": "minutes", "h": "hours", "d": "days"}
 
@@ -124,7 +125,8 @@ def delete(
             call = ("POST", f"/v1/projects/{api.project}/agent/runs/delete", selector)
         if not yes:
             typer.confirm(f"Delete {what}, with its steps and model calls?", abort=True)
-        data = api.send(*call)["data"]
+        # The server answers once every matching run is gone: minutes for millions.
+        data = api.send(*call, timeout=DELETE_TIMEOUT_SECONDS)["data"]
     if as_json:
         print_json(data)
         return

@@ -42,8 +42,9 @@ class Api:
         request = urllib.request.Request(url, headers={"Authorization": f"Bearer {self._key}"})
         return self._answer(request)
 
-    def send(self, method: str, path: str, body: Any = None) -> Any:
-        """POST, PATCH or DELETE ``path`` with a JSON ``body``; the whole JSON answer."""
+    def send(self, method: str, path: str, body: Any = None, timeout: float | None = None) -> Any:
+        """POST, PATCH or DELETE ``path`` with a JSON ``body``; the whole JSON answer.
+        ``timeout``: seconds to wait for it, if not the client's (a long deletion)."""
         headers = {"Authorization": f"Bearer {self._key}"}
         data = None
         if body is not None:
@@ -52,11 +53,11 @@ class Api:
         request = urllib.request.Request(
             self.endpoint + path, data=data, headers=headers, method=method
         )
-        return self._answer(request)
+        return self._answer(request, timeout)
 
-    def _answer(self, request: urllib.request.Request) -> Any:
+    def _answer(self, request: urllib.request.Request, timeout: float | None = None) -> Any:
         try:
-            with urllib.request.urlopen(request, timeout=self._timeout) as response:
+            with urllib.request.urlopen(request, timeout=timeout or self._timeout) as response:
                 return json.load(response)
         except urllib.error.HTTPError as error:
             raise ApiError(_message(error), error.code) from None

@@ -57,7 +57,7 @@ class Erased:
 
 # (id, started_at or None when only steps of it are stored, its steps + model calls)
 RunRef = tuple[uuid.UUID, datetime | None, int]
-# Called after each batch (retention renews its lease there).
+# Called after each batch (retention renews its lease and pauses there).
 AfterBatch = Callable[[], Awaitable[object]]
 
 _RUN_REFS = "r.id, r.started_at, r.step_count + r.llm_calls"

@@ -53,6 +53,26 @@ def _uuid(request: web.Request, name: str, what: str) -> uuid.UUID:
         raise not_found(f"{what} {text!r}") from None
 
 
+async def _one(request: web.Request, sql: str, args: Any) -> dict[str, Any] | None:
+    """One row of a statement on the pool, as a dict (None if there is none)."""
+    async with (
+        request.app[appkeys.POOL].connection() as conn,
+        conn.cursor(row_factory=dict_row) as cur,
+    ):
+        await cur.execute(sql, args)
+        return await cur.fetchone()
+
+
+async def _all(request: web.Request, sql: str, args: Any) -> list[dict[str, Any]]:
+    """Every row of a statement on the pool, as dicts."""
+    async with (
+        request.app[appkeys.POOL].connection() as conn,
+        conn.cursor(row_factory=dict_row) as cur,
+    ):
+        await cur.execute(sql, args)
+        return await cur.fetchall()
+
+
 async def _body(request: web.Request, kind: Any) -> Any:
     body = await request.read()
     if not body.strip():
@@ -82,16 +102,12 @@ async def create_destination(request: web.Request) -> web.Response:
         await dest.check_url_async(new.url, settings.alerts_allow_private_destinations)
     except dest.DestinationRefused as error:
         raise ApiError(422, "validation_error", str(error), "url") from None
-    async with (
-        request.app[appkeys.POOL].connection() as conn,
-        conn.cursor(row_factory=dict_row) as cur,
-    ):
-        await cur.execute(
-            f"INSERT INTO alert_destinations (project_id, name, kind, url, secret) "
-            f"VALUES (%s, %s, %s, %s, %s) RETURNING {_DESTINATION}",
-            (project_id, new.name, new.kind, new.url, new.secret),
-        )
-        row = await cur.fetchone()
+    row = await _one(
+        request,
+        f"INSERT INTO alert_destinations (project_id, name, kind, url, secret) "
+        f"VALUES (%s, %s, %s, %s, %s) RETURNING {_DESTINATION}",
+        (project_id, new.name, new.kind, new.url, new.secret),
+    )
     return respond(DestinationResponse, {"data": row}, status=201)
 
 
@@ -100,16 +116,12 @@ async def create_destination(request: web.Request) -> web.Response:
 )
 async def list_destinations(request: web.Request) -> web.Response:
     project_id = await _project(request, READ)
-    async with (
-        request.app[appkeys.POOL].connection() as conn,
-        conn.cursor(row_factory=dict_row) as cur,
-    ):
-        await cur.execute(
-            f"SELECT {_DESTINATION} FROM alert_destinations WHERE project_id = %s "
-            "ORDER BY created_at, id",
-            (project_id,),
-        )
-        rows = await cur.fetchall()
+    rows = await _all(
+        request,
+        f"SELECT {_DESTINATION} FROM alert_destinations WHERE project_id = %s "
+        "ORDER BY created_at, id",
+        (project_id,),
+    )
     return respond(DestinationListResponse, {"data": rows})
 
 
@@ -121,16 +133,12 @@ async def list_destinations(request: web.Request) -> web.Response:
 async def delete_destination(request: web.Request) -> web.Response:
     project_id = await _project(request, ALL)
     destination_id = _uuid(request, "destination_id", "destination")
-    async with (
-        request.app[appkeys.POOL].connection() as conn,
-        conn.cursor(row_factory=dict_row) as cur,
-    ):
-        await cur.execute(
-            f"DELETE FROM alert_destinations WHERE project_id = %s AND id = %s "
-            f"RETURNING {_DESTINATION}",
-            (project_id, destination_id),
-        )
-        row = await cur.fetchone()
+    row = await _one(
+        request,
+        f"DELETE FROM alert_destinations WHERE project_id = %s AND id = %s "
+        f"RETURNING {_DESTINATION}",
+        (project_id, destination_id),
+    )
     if row is None:
         raise not_found(f"destination {destination_id}")
     return respond(DestinationResponse, {"data": row})
@@ -145,16 +153,12 @@ async def test_destination(request: web.Request) -> web.Response:
     """Sends one test alert now, as a real one would go, and says how it went."""
     project_id = await _project(request, ALL)
     destination_id = _uuid(request, "destination_id", "destination")
-    async with (
-        request.app[appkeys.POOL].connection() as conn,
-        conn.cursor(row_factory=dict_row) as cur,
-    ):
-        await cur.execute(
-            "SELECT d.*, p.name AS project FROM alert_destinations d "
-            "JOIN projects p ON p.id = d.project_id WHERE d.project_id = %s AND d.id = %s",
-            (project_id, destination_id),
-        )
-        row = await cur.fetchone()
+    row = await _one(
+        request,
+        "SELECT d.*, p.name AS project FROM alert_destinations d "
+        "JOIN projects p ON p.id = d.project_id WHERE d.project_id = %s AND d.id = %s",
+        (project_id, destination_id),
+    )
     if row is None:
         raise not_found(f"destination {destination_id}")
     settings = request.app[appkeys.SETTINGS]
@@ -241,15 +245,11 @@ async def create_rule(request: web.Request) -> web.Response:
 @routes.get(f"{BASE}/rules", summary="List alert rules", response=RuleListResponse)
 async def list_rules(request: web.Request) -> web.Response:
     project_id = await _project(request, READ)
-    async with (
-        request.app[appkeys.POOL].connection() as conn,
-        conn.cursor(row_factory=dict_row) as cur,
-    ):
-        await cur.execute(
-            f"SELECT {_RULE} FROM alert_rules WHERE project_id = %s ORDER BY created_at, id",
-            (project_id,),
-        )
-        rows = await cur.fetchall()
+    rows = await _all(
+        request,
+        f"SELECT {_RULE} FROM alert_rules WHERE project_id = %s ORDER BY created_at, id",
+        (project_id,),
+    )
     return respond(RuleListResponse, {"data": [_rule(row) for row in rows]})
 
 
@@ -307,15 +307,11 @@ async def change_rule(request: web.Request) -> web.Response:
 async def delete_rule(request: web.Request) -> web.Response:
     project_id = await _project(request, ALL)
     rule_id = _uuid(request, "rule_id", "rule")
-    async with (
-        request.app[appkeys.POOL].connection() as conn,
-        conn.cursor(row_factory=dict_row) as cur,
-    ):
-        await cur.execute(
-            f"DELETE FROM alert_rules WHERE project_id = %s AND id = %s RETURNING {_RULE}",
-            (project_id, rule_id),
-        )
-        row = await cur.fetchone()
+    row = await _one(
+        request,
+        f"DELETE FROM alert_rules WHERE project_id = %s AND id = %s RETURNING {_RULE}",
+        (project_id, rule_id),
+    )
     if row is None:
         raise not_found(f"rule {rule_id}")
     return respond(RuleResponse, {"data": _rule(row)})

@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 import uuid
 
-from conftest import Api, Project, query
+from conftest import Api, Project, make_project, query
+from serve_process import keelwave
 
 SECRETS = (
     "sk-proj-4f9QmT7xKp2LrV8nZs3Wd6Yh1Bc5Ej0A",
@@ -118,3 +119,128 @@ async def test_secrets_in_otlp_spans_are_not_stored(api: Api, project: Project, 
         f"/v1/projects/{project.id}/agent/runs/{run_id}/loops", headers=project.auth()
     )
     assert [group["step_indices"] for group in loops["data"]] == [[1, 2]]
+
+
+CUSTOMER = "CUST-482913"  # what a project's own pattern hides
+
+
+async def _set_patterns(api: Api, project: Project, patterns: object) -> tuple[int, dict]:
+    status, body, _ = await api.request(
+        "PATCH",
+        f"/v1/projects/{project.id}",
+        json={"redaction_patterns": patterns},
+        headers=project.auth(),
+    )
+    return status, body
+
+
+async def test_a_projects_own_patterns_apply_to_native_and_otlp_ingest_and_loops_still_show(
+    api: Api, project: Project, db_url: str
+) -> None:
+    other = make_project(db_url)  # another project keeps its customer numbers
+    status, body = await _set_patterns(api, project, [r"CUST-[0-9]{6}", r"(?i)order #\d+"])
+    assert status == 200, body
+    assert body["data"]["redaction_patterns"] == [r"CUST-[0-9]{6}", r"(?i)order #\d+"]
+    status, got, _ = await api.get(f"/v1/projects/{project.id}", headers=project.auth("read"))
+    assert got["data"]["redaction_patterns"] == body["data"]["redaction_patterns"]
+
+    for target in (project, other):
+        _, started, _ = await api.post(
+            "/v1/ingest/agent/runs",
+            json={"agent_name": "shop", "input": f"refund {CUSTOMER}",
+                  "metadata": {"customer": CUSTOMER}},
+            headers=target.auth("ingest"),
+        )  # fmt: skip
+        run_id = started["data"]["id"]
+        # Two calls that differ only in the customer number are different calls; the
+        # same call twice is a loop, as the fingerprints of the bytes as sent say.
+        steps = [
+            {"run_id": run_id, "step_index": n, "tool_name": "lookup",
+             "tool_input": {"customer": customer}, "tool_output": f"ORDER #{n} of {customer}",
+             "content": None}
+            for n, customer in ((1, CUSTOMER), (2, CUSTOMER), (3, "CUST-000001"))
+        ]  # fmt: skip
+        status, _, _ = await api.post(
+            "/v1/ingest/agent/steps", json=steps, headers=target.auth("ingest")
+        )
+        assert status == 200
+        status, loops, _ = await api.get(
+            f"/v1/projects/{target.id}/agent/runs/{run_id}/loops", headers=target.auth()
+        )
+        assert [group["step_indices"] for group in loops["data"]] == [[1, 2]]
+
+    trace = uuid.uuid4().hex
+    span = {
+        "traceId": trace, "spanId": "b" * 16, "name": "execute_tool lookup", "kind": 1,
+        "startTimeUnixNano": "1764590000000000000", "endTimeUnixNano": "1764590001000000000",
+        "attributes": [
+            {"key": "gen_ai.operation.name", "value": {"stringValue": "execute_tool"}},
+            {"key": "gen_ai.tool.name", "value": {"stringValue": "lookup"}},
+            {"key": "gen_ai.tool.call.arguments",
+             "value": {"stringValue": json.dumps({"customer": CUSTOMER})}},
+        ],
+    }  # fmt: skip
+    export = {"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]}
+    async with api.session.post(
+        api.url + "/v1/traces",
+        data=json.dumps(export),
+        headers={**project.auth("ingest"), "Content-Type": "application/json"},
+    ) as response:
+        assert response.status == 200
+
+    mine = stored_text(db_url, project.id)
+    assert CUSTOMER not in mine and "CUST-000001" not in mine and "ORDER #" not in mine
+    assert "[REDACTED]" in mine
+    assert "refund [REDACTED]" in mine  # only the match goes
+    assert CUSTOMER in stored_text(db_url, other.id)
+
+    # Back to the built-in rules only: new data keeps what the patterns hid.
+    status, body = await _set_patterns(api, project, [])
+    assert status == 200 and body["data"]["redaction_patterns"] == []
+    status, _, _ = await api.post(
+        "/v1/ingest/agent/runs",
+        json={"agent_name": "shop", "input": "refund CUST-777777"},
+        headers=project.auth("ingest"),
+    )
+    assert "CUST-777777" in stored_text(db_url, project.id)
+
+
+async def test_bad_redaction_patterns_are_refused_naming_what_is_wrong(
+    api: Api, project: Project
+) -> None:
+    for patterns, words in (
+        (["(unclosed"], "redaction_patterns[0] is not a regular expression"),
+        (["ok", ""], "redaction_patterns[1] is empty"),
+        (["a*"], "matches the empty string"),
+        (["x" * 501], "at most 500"),
+        ("CUST-[0-9]+", "Expected `array`"),
+        ([f"p{n}" for n in range(51)], "redaction_patterns"),
+    ):
+        status, body = await _set_patterns(api, project, patterns)
+        assert status in (400, 422), (patterns, body)
+        assert words in body["error"]["message"], (patterns, body)
+    status, body = await _set_patterns(api, project, ["ok"])
+    assert status == 200
+    status, body, _ = await api.request(
+        "PATCH", f"/v1/projects/{project.id}", json={"redaction_patterns": ["x"]},
+        headers=project.auth("ingest"),
+    )  # fmt: skip
+    assert status == 403
+
+
+def test_projects_set_redaction_on_the_command_line(db_url: str) -> None:
+    project = make_project(db_url)
+    database = ("--database-url", db_url)
+    result = keelwave("projects", "set-redaction", project.name, "CUST-[0-9]{6}", *database)
+    assert result.returncode == 0, result.stderr
+    assert "built-in rules and 1 pattern" in result.stdout and "CUST-[0-9]{6}" in result.stdout
+    listed = json.loads(keelwave("projects", "list", "--json", *database).stdout)
+    [row] = [row for row in listed if row["name"] == project.name]
+    assert row["redaction_patterns"] == ["CUST-[0-9]{6}"]
+    table = keelwave("projects", "list", *database, env={"COLUMNS": "200"}).stdout
+    assert "built-in + 1 pattern" in table
+    result = keelwave("projects", "set-redaction", project.name, "(oops", *database)
+    assert result.returncode == 1
+    assert "not a regular expression" in result.stderr and "Traceback" not in result.stderr
+    result = keelwave("projects", "set-redaction", project.name, *database)
+    assert result.returncode == 0 and "built-in rules only" in result.stdout

@@ -1,5 +1,6 @@
-"""``keelwave projects``: list projects and set how long each keeps its data, straight in
-the database (as ``keelwave keys`` does; ``PATCH /v1/projects/{p}`` is the API's way).
+"""``keelwave projects``: list projects, set how long each keeps its data and what the
+server redacts from it, straight in the database (as ``keelwave keys`` does;
+``PATCH /v1/projects/{p}`` is the API's way).
 
 The database driver is imported when a command runs (see :mod:`keelwave.cli.commands`).
 """
@@ -14,7 +15,9 @@ import typer
 from keelwave.cli.common import DatabaseUrl, DataDir, fail, new_app, stdout
 from keelwave.cli.keys import JsonFlag, key_database
 
-app = new_app(help="List projects and set their retention.", no_args_is_help=True)
+app = new_app(
+    help="List projects, set their retention and their redaction patterns.", no_args_is_help=True
+)
 
 FOREVER = ("forever", "never", "off", "none")
 
@@ -32,6 +35,12 @@ def _retention(days: int | None) -> str:
     if days is None:
         return "forever"
     return f"{days} day" + ("s" if days != 1 else "")
+
+
+def _redaction(patterns: list[str]) -> str:
+    if not patterns:
+        return "built-in"
+    return f"built-in + {len(patterns)} pattern" + ("s" if len(patterns) != 1 else "")
 
 
 @app.command("list")
@@ -52,7 +61,7 @@ def list_(
     if not rows:
         stdout.print("No projects yet. `keelwave keys create --project NAME` makes one.")
         return
-    table = Table("name", "id", "retention", "last enforced", "keys", "created")
+    table = Table("name", "id", "retention", "last enforced", "redaction", "keys", "created")
     for row in rows:
         enforced = row["retention_enforced_at"]
         table.add_row(
@@ -60,6 +69,7 @@ def list_(
             row["id"][:8],
             _retention(row["retention_days"]),
             enforced.strftime("%Y-%m-%d %H:%M") if enforced else "",
+            _redaction(row["redaction_patterns"]),
             str(row["active_keys"]),
             row["created_at"].strftime("%Y-%m-%d %H:%M"),
         )
@@ -99,3 +109,50 @@ def set_retention(
             f"Project [bold]{row['name']}[/] keeps runs for {_retention(retention)}; "
             "older ones are deleted within the servers' next retention round."
         )
+
+
+@app.command("set-redaction")
+def set_redaction(
+    name: Annotated[str, typer.Argument(help="The project's name (or id).")],
+    patterns: Annotated[
+        list[str] | None,
+        typer.Argument(
+            metavar="[PATTERN]...",
+            help="Regular expressions (Python syntax); none: only the built-in rules.",
+            show_default=False,
+        ),
+    ] = None,
+    as_json: JsonFlag = False,
+    database_url: DatabaseUrl = None,
+    data_dir: DataDir = None,
+) -> None:
+    """Redact what matches PATTERN in this project's payloads, on top of the built-in rules.
+
+    The server replaces every match with "[REDACTED]" in step inputs and outputs, run
+    inputs, outputs and metadata, errors, thoughts and OTLP span attributes, before
+    they are stored (the fingerprint is still taken over the bytes as sent, so loops
+    are found exactly). The patterns replace the project's previous ones, and apply
+    to the next request on every server. Example, customer numbers like CUST-123456:
+
+        keelwave projects set-redaction shop 'CUST-[0-9]{6}'
+    """
+    from keelwave.db import projects as store
+    from keelwave.server.ingest.redaction import InvalidPattern
+
+    with key_database(database_url, data_dir) as conn:
+        try:
+            row = store.set_redaction(conn, name, patterns or [])
+        except (InvalidPattern, store.UnknownProject) as error:
+            fail(str(error))
+    if as_json:
+        stdout.print_json(json.dumps(row))
+        return
+    if not row["redaction_patterns"]:
+        stdout.print(f"Project [bold]{row['name']}[/] is redacted by the built-in rules only.")
+        return
+    stdout.print(
+        f"Project [bold]{row['name']}[/] is redacted by the built-in rules and "
+        f"{_redaction(row['redaction_patterns'])[len('built-in + '):]}:"
+    )
+    for pattern in row["redaction_patterns"]:
+        stdout.print(f"  {pattern}", markup=False, highlight=False)

@@ -1,13 +1,17 @@
-"""Projects and their retention periods, used by ``keelwave projects``.
+"""Projects, their retention periods and redaction patterns, used by ``keelwave projects``.
 
 A project's ``retention_days`` (NULL: keep forever) is enforced by ``serve``
-(keelwave/server/store/retention.py); ``PATCH /v1/projects/{p}`` sets it too.
+(keelwave/server/store/retention.py); its ``redaction_patterns`` are applied by
+the server before anything of the project is stored (server/ingest/redaction.py).
+``PATCH /v1/projects/{p}`` sets both too.
 """
 
 from __future__ import annotations
 
 import psycopg
 from psycopg.rows import dict_row
+
+from keelwave.db.keys import KEYS_CHANNEL
 
 MAX_RETENTION_DAYS = 36_500  # migration 0009's CHECK
 
@@ -17,7 +21,7 @@ class UnknownProject(LookupError):
 
 
 LIST = """
-SELECT p.id::text AS id, p.name, p.created_at, p.retention_days,
+SELECT p.id::text AS id, p.name, p.created_at, p.retention_days, p.redaction_patterns,
        s.enforced_at AS retention_enforced_at,
        (SELECT count(*) FROM api_keys k WHERE k.project_id = p.id AND k.revoked_at IS NULL)
            AS active_keys
@@ -43,4 +47,25 @@ def set_retention(conn: psycopg.Connection, project: str, days: int | None) -> d
         ).fetchone()
     if row is None:
         raise UnknownProject(f"no project named {project!r} (see `keelwave projects list`)")
+    return row
+
+
+def set_redaction(conn: psycopg.Connection, project: str, patterns: list[str]) -> dict:
+    """Replace a project's own redaction patterns (by name, or id); [] keeps only the
+    built-in rules. Raises redaction.InvalidPattern naming a pattern that cannot be used.
+
+    Every server's key cache is told (the rules travel with a key's Principal), so the
+    patterns apply to the next request whichever server takes it."""
+    from keelwave.server.ingest.redaction import check_patterns
+
+    patterns = check_patterns(patterns)
+    with conn.cursor(row_factory=dict_row) as cur:
+        row = cur.execute(
+            "UPDATE projects SET redaction_patterns = %s WHERE name = %s OR id::text = %s "
+            "RETURNING id::text AS id, name, redaction_patterns",
+            (patterns, project, project),
+        ).fetchone()
+        if row is None:
+            raise UnknownProject(f"no project named {project!r} (see `keelwave projects list`)")
+        cur.execute(f"NOTIFY {KEYS_CHANNEL}")
     return row

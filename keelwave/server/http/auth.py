@@ -25,6 +25,7 @@ from aiohttp import web
 from psycopg_pool import AsyncConnectionPool
 
 from keelwave.db.keys import KEY_PREFIX, KEYS_CHANNEL, hash_key
+from keelwave.server.ingest.redaction import BUILTIN, ServerRedaction, for_patterns
 from keelwave.server.http.errors import ApiError
 
 log = logging.getLogger("keelwave.auth")
@@ -43,6 +44,8 @@ class Principal:
     project: str
     scope: str
     project_uuid: uuid.UUID  # project_id as the writer's binary COPY takes it
+    # The project's redaction rules (ingest/redaction.py), cached with the key.
+    redaction: ServerRedaction = BUILTIN
 
 
 class KeyStore:
@@ -81,7 +84,8 @@ class KeyStore:
         async with self._pool.connection() as conn:
             row = await (
                 await conn.execute(
-                    "SELECT k.id::text, k.project_id::text, p.name, k.scope, k.revoked_at "
+                    "SELECT k.id::text, k.project_id::text, p.name, k.scope, k.revoked_at, "
+                    "p.redaction_patterns "
                     "FROM api_keys k JOIN projects p ON p.id = k.project_id "
                     "WHERE k.key_hash = %s",
                     (digest,),
@@ -91,7 +95,9 @@ class KeyStore:
             raise _unauthorized("unknown API key")
         if row[4] is not None:
             raise _unauthorized("this API key has been revoked")
-        principal = Principal(row[0], row[1], row[2], row[3], uuid.UUID(row[1]))
+        principal = Principal(
+            row[0], row[1], row[2], row[3], uuid.UUID(row[1]), for_patterns(tuple(row[5]))
+        )
         if self._ttl > 0:
             self._cache[digest] = (now + self._ttl, principal)
         return principal

@@ -3,7 +3,10 @@
 The SDKs redact before sending (keelwave.sdk's Redaction); data that does not
 come through them (OTLP from a framework, curl) gets the same built-in rules
 here, before it is stored: values under keys that look secret and values that
-look like credentials become ``"[REDACTED]"``.
+look like credentials become ``"[REDACTED]"``. A project may add its own
+patterns (``projects.redaction_patterns``, set with ``PATCH /v1/projects/{p}``
+or ``keelwave projects set-redaction``): regular expressions whose matches are
+replaced in every string of its payloads, on top of the built-in rules.
 
 - **Native ingest**: the fingerprint of a step is computed on the bytes as sent,
   before redaction (ingest/routes.py), so two calls that differ only in a secret
@@ -15,61 +18,116 @@ look like credentials become ``"[REDACTED]"``.
 
 A payload without anything that could be a secret (the common case) is passed
 on as the very bytes that came in: a screen over the text decides that, without
-parsing it.
+parsing it. A project's own patterns cannot be screened for, so they run on
+every payload of that project (a few microseconds each).
+
+The rules of a project travel with its API key's Principal (http/auth.py), so
+they cost no query per request; changing them notifies every server's key
+cache, as revoking a key does.
 """
 
 from __future__ import annotations
 
+import functools
 import json
+import re
 from typing import Any
 
 import msgspec
 
 from keelwave.sdk import Redaction
 
-SERVER = Redaction()  # the built-in set
+MAX_PATTERNS = 50
+MAX_PATTERN_LENGTH = 500
 
 
-def json_payload(raw: msgspec.Raw | bytes | None) -> msgspec.Raw | bytes | None:
-    """A JSON payload as it may be stored: ``raw`` itself, or its redacted text."""
-    if raw is None:
-        return None
-    text = bytes(raw).decode("utf-8", "surrogatepass")
-    redacted = SERVER.redact_json(text)
-    return raw if redacted is text else redacted.encode("utf-8", "surrogatepass")
+class InvalidPattern(ValueError):
+    """A project's redaction pattern that cannot be used; the message says why."""
 
 
-def json_text(text: str | None) -> str | None:
-    """The same for a payload held as text (a finish's output)."""
-    return SERVER.redact_json(text) if text is not None else None
+def check_patterns(patterns: list[str]) -> list[str]:
+    """``patterns`` as a project may keep them: raises InvalidPattern naming the bad one."""
+    if len(patterns) > MAX_PATTERNS:
+        raise InvalidPattern(f"at most {MAX_PATTERNS} redaction patterns, not {len(patterns)}")
+    for number, pattern in enumerate(patterns):
+        if not pattern:
+            raise InvalidPattern(f"redaction_patterns[{number}] is empty")
+        if len(pattern) > MAX_PATTERN_LENGTH:
+            raise InvalidPattern(
+                f"redaction_patterns[{number}] is {len(pattern)} characters; "
+                f"at most {MAX_PATTERN_LENGTH}"
+            )
+        try:
+            compiled = re.compile(pattern)
+        except re.error as error:
+            raise InvalidPattern(
+                f"redaction_patterns[{number}] is not a regular expression: {error}"
+            ) from None
+        if compiled.search(""):
+            # It would match between every two characters and replace nothing useful.
+            raise InvalidPattern(f"redaction_patterns[{number}] matches the empty string")
+    return list(dict.fromkeys(patterns))
 
 
-def text(value: str | None) -> str | None:
-    """Free text (an error, a thought) with credentials in it replaced."""
-    return SERVER.redact_text(value) if value else value
+class ServerRedaction:
+    """One project's rules: the built-in set, plus its own patterns."""
+
+    def __init__(self, patterns: tuple[str, ...] = ()) -> None:
+        self.patterns = patterns
+        self._rules = Redaction(patterns=patterns)
+
+    def json_payload(self, raw: msgspec.Raw | bytes | None) -> msgspec.Raw | bytes | None:
+        """A JSON payload as it may be stored: ``raw`` itself, or its redacted text."""
+        if raw is None:
+            return None
+        text = bytes(raw).decode("utf-8", "surrogatepass")
+        redacted = self._rules.redact_json(text)
+        return raw if redacted is text else redacted.encode("utf-8", "surrogatepass")
+
+    def json_text(self, text: str | None) -> str | None:
+        """The same for a payload held as text (a finish's output)."""
+        return self._rules.redact_json(text) if text is not None else None
+
+    def text(self, value: str | None) -> str | None:
+        """Free text (an error, a thought) with credentials in it replaced."""
+        return self._rules.redact_text(value) if value else value
+
+    def attributes(self, values: dict[str, Any]) -> dict[str, Any]:
+        """A span's attributes with secrets replaced: by key, and inside string values
+        (JSON text is redacted as JSON, other text as text)."""
+        return {key: self._value(key, value) for key, value in values.items()}
+
+    def _value(self, key: str, value: Any) -> Any:
+        rules = self._rules
+        if rules.secret_key(key.rsplit(".", 1)[-1]):
+            return "[REDACTED]"
+        if isinstance(value, str):
+            if value.lstrip()[:1] in ("{", "["):
+                try:
+                    json.loads(value)
+                except ValueError:
+                    return rules.redact_text(value)
+                return rules.redact_json(value)
+            return rules.redact_text(value)
+        if isinstance(value, dict | list):
+            return json.loads(rules.redact_json(json.dumps(value)))
+        return value
 
 
-def attributes(values: dict[str, Any]) -> dict[str, Any]:
-    """A span's attributes with secrets replaced: by key, and inside string values
-    (JSON text is redacted as JSON, other text as text)."""
-    clean: dict[str, Any] = {}
-    for key, value in values.items():
-        clean[key] = _value(key, value)
-    return clean
+@functools.lru_cache(maxsize=1024)
+def for_patterns(patterns: tuple[str, ...]) -> ServerRedaction:
+    """The rules for a project with these patterns, compiled once for all its keys.
+
+    Patterns that no longer compile (stored by an older server with other rules)
+    are left out rather than making every request of the project fail."""
+    usable = []
+    for pattern in patterns:
+        try:
+            re.compile(pattern)
+        except re.error:
+            continue
+        usable.append(pattern)
+    return ServerRedaction(tuple(usable))
 
 
-def _value(key: str, value: Any) -> Any:
-    if SERVER.secret_key(key.rsplit(".", 1)[-1]):
-        return "[REDACTED]"
-    if isinstance(value, str):
-        stripped = value.lstrip()
-        if stripped[:1] in ("{", "["):
-            try:
-                json.loads(value)
-            except ValueError:
-                return SERVER.redact_text(value)
-            return SERVER.redact_json(value)
-        return SERVER.redact_text(value)
-    if isinstance(value, dict | list):
-        return json.loads(SERVER.redact_json(json.dumps(value)))
-    return value
+BUILTIN = for_patterns(())

@@ -18,9 +18,9 @@ from keelwave.server.http.auth import INGEST
 from keelwave.server.http.errors import ApiError, not_found, refused, unavailable
 from keelwave.server.http.operations import ApiRoutes
 from keelwave.server.http.responses import json_response
-from keelwave.server.ingest import redaction
 from keelwave.server.ingest.fingerprint import fingerprint
 from keelwave.server.ingest.pricing import PriceTable
+from keelwave.server.ingest.redaction import ServerRedaction
 from keelwave.server.ingest.schemas import (
     CallsAccepted,
     CallsAcceptedResponse,
@@ -117,6 +117,7 @@ async def start_run(request: web.Request) -> web.Response:
     """One run (answered with its id), or an array of runs (an SDK batching starts)."""
     principal = await request.app[appkeys.KEYSTORE].authenticate(request, INGEST)
     runs, is_array = _as_list(decode(await _body(request), RUNS_BODY))
+    rules = principal.redaction
     now = datetime.now(UTC)
     rows, ids = [], []
     for position, run in enumerate(runs):
@@ -132,8 +133,8 @@ async def start_run(request: web.Request) -> web.Response:
                 run.agent_name,
                 run.parent_run_id,
                 timestamp(run.started_at, now),
-                redaction.json_payload(payload_as_sent(run.input)),
-                redaction.json_payload(payload_as_sent(run.metadata)),
+                rules.json_payload(payload_as_sent(run.input)),
+                rules.json_payload(payload_as_sent(run.metadata)),
                 run.tags,
             )
         )
@@ -143,14 +144,14 @@ async def start_run(request: web.Request) -> web.Response:
     return json_response(RunStartedResponse(RunStarted(ids[0])), status=201)
 
 
-def _finish_of(body: RunFinish, now: datetime) -> Finish:
+def _finish_of(body: RunFinish, now: datetime, rules: ServerRedaction) -> Finish:
     return Finish(
         termination_reason=body.termination_reason,
         ended_at=timestamp(body.ended_at, now),
         loop_detected=body.loop_detected,
         loop_step_index=body.loop_step_index,
-        output=redaction.json_text(payload(body.output)),
-        error=redaction.text(clean_text(body.error)),
+        output=rules.json_text(payload(body.output)),
+        error=rules.text(clean_text(body.error)),
     )
 
 
@@ -165,7 +166,7 @@ async def finish_many(request: web.Request) -> web.Response:
     principal = await request.app[appkeys.KEYSTORE].authenticate(request, INGEST)
     items, _ = _as_list(decode(await _body(request), FINISHES_BODY))
     now = datetime.now(UTC)
-    finishes = [(item.id, _finish_of(item, now)) for item in items]
+    finishes = [(item.id, _finish_of(item, now, principal.redaction)) for item in items]
     unknown = await finish_runs(request.app[appkeys.POOL], principal.project_id, finishes)
     return json_response(RunsFinishedResponse(RunsFinished(len(finishes) - len(unknown), unknown)))
 
@@ -182,7 +183,7 @@ async def finish(request: web.Request) -> web.Response:
     run_id = params.run_id_of(request)
     body: RunFinish = decode(await _body(request), RunFinish)
     found = await finish_run(
-        request.app[appkeys.POOL], principal.project_id, run_id, _finish_of(body, datetime.now(UTC))
+        request.app[appkeys.POOL], principal.project_id, run_id, _finish_of(body, datetime.now(UTC), principal.redaction)
     )
     if not found:
         raise not_found(f"run {run_id}")
@@ -199,6 +200,7 @@ async def ingest_steps(request: web.Request) -> web.Response:
     """One step or an array of them, fingerprinted before they are stored."""
     principal = await request.app[appkeys.KEYSTORE].authenticate(request, INGEST)
     steps, is_array = _as_list(decode(await _body(request), STEPS_BODY))
+    rules = principal.redaction
     now = datetime.now(UTC)
     seen: set[tuple[int, int]] = set()  # (run id as UUID.int: hashed in C, step_index)
     rows = []
@@ -223,13 +225,13 @@ async def ingest_steps(request: web.Request) -> web.Response:
                 step.step_type,
                 step.tool_name,
                 # Stored redacted; fingerprinted as sent (ingest/redaction.py).
-                redaction.json_payload(payload_as_sent(step.tool_input)),
-                redaction.json_payload(payload_as_sent(step.tool_output)),
-                redaction.text(clean_text(step.content)),
+                rules.json_payload(payload_as_sent(step.tool_input)),
+                rules.json_payload(payload_as_sent(step.tool_output)),
+                rules.text(clean_text(step.content)),
                 fingerprint(step.tool_name, step.tool_input),
                 timestamp(step.started_at, now),
                 step.duration_ms,
-                redaction.text(clean_text(step.error)),
+                rules.text(clean_text(step.error)),
             )
         )
     await _write(request, steps=rows)
@@ -246,6 +248,7 @@ async def ingest_model_calls(request: web.Request) -> web.Response:
     """One model call or an array of them; each is priced unless it says its cost."""
     principal = await request.app[appkeys.KEYSTORE].authenticate(request, INGEST)
     calls, is_array = _as_list(decode(await _body(request), CALLS_BODY))
+    rules = principal.redaction
     now = datetime.now(UTC)
     prices = request.app[PRICES]
     rows = []
@@ -278,7 +281,7 @@ async def ingest_model_calls(request: web.Request) -> web.Response:
                 ),
                 call.latency_ms,
                 call.status,
-                redaction.text(clean_text(call.error)),
+                rules.text(clean_text(call.error)),
                 timestamp(call.started_at, now),
             )
         )

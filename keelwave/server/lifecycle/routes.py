@@ -1,4 +1,5 @@
-"""Deleting runs (one, with its children, or by selector) and a project's retention.
+"""Deleting runs (one, with its children, or by selector), a project's retention and
+its redaction patterns.
 
 Deleting and changing need a key of scope ``all``; a ``read`` key may look at the
 project. The work is in keelwave.server.store: erasure.py deletes (the same path
@@ -13,11 +14,13 @@ import msgspec
 from aiohttp import web
 from psycopg.rows import dict_row
 
+from keelwave.db.keys import KEYS_CHANNEL
 from keelwave.server.http import appkeys, params
 from keelwave.server.http.auth import READ
 from keelwave.server.http.errors import ApiError, not_found
 from keelwave.server.http.operations import ApiRoutes, Param
 from keelwave.server.http.responses import respond
+from keelwave.server.ingest import redaction
 from keelwave.server.ingest.schemas import check_name, decode
 from keelwave.server.lifecycle.schemas import (
     DeletedResponse,
@@ -100,7 +103,8 @@ async def delete_runs(request: web.Request) -> web.Response:
 
 
 PROJECT = """
-SELECT p.id, p.name, p.created_at, p.retention_days, s.enforced_at AS retention_enforced_at
+SELECT p.id, p.name, p.created_at, p.retention_days, s.enforced_at AS retention_enforced_at,
+       p.redaction_patterns
 FROM projects p LEFT JOIN retention_sweeps s ON s.project_id = p.id
 WHERE p.id = %s
 """
@@ -115,21 +119,33 @@ async def get_project(request: web.Request) -> web.Response:
 
 @routes.patch(
     "/v1/projects/{project_id}",
-    summary="Change the project's retention",
+    summary="Change the project's retention or redaction",
     body=ProjectChange,
     response=ProjectResponse,
 )
 async def change_project(request: web.Request) -> web.Response:
-    """Set retention_days (null: keep forever). The server deletes what is past the
-    period within its next enforcement round (every ten minutes)."""
+    """Set retention_days (null: keep forever): the server deletes what is past the
+    period within its next enforcement round (every ten minutes). Set
+    redaction_patterns: they apply to the next request, on every server."""
     project_id = await _project(request, ALL)
     change: ProjectChange = await _body(request, ProjectChange)  # type: ignore[assignment]
-    if change.retention_days is not msgspec.UNSET:
-        async with request.app[appkeys.POOL].connection() as conn:
+    async with request.app[appkeys.POOL].connection() as conn, conn.transaction():
+        if change.retention_days is not msgspec.UNSET:
             await conn.execute(
                 "UPDATE projects SET retention_days = %s WHERE id = %s",
                 (change.retention_days, project_id),
             )
+        if change.redaction_patterns is not msgspec.UNSET:
+            try:
+                patterns = redaction.check_patterns(change.redaction_patterns)
+            except redaction.InvalidPattern as error:
+                raise ApiError(422, "validation_error", str(error), "redaction_patterns") from None
+            await conn.execute(
+                "UPDATE projects SET redaction_patterns = %s WHERE id = %s",
+                (patterns, project_id),
+            )
+            # The rules travel with each key's cached Principal: every server forgets them.
+            await conn.execute(f"NOTIFY {KEYS_CHANNEL}")
     return respond(ProjectResponse, {"data": await _settings(request, project_id)})
 
 

@@ -67,10 +67,22 @@ class ProjectChange(Struct, forbid_unknown_fields=True):
         ]
         | UnsetType
     ) = UNSET
+    redaction_patterns: (
+        Annotated[
+            list[str],
+            Meta(
+                max_length=50,
+                description="Regular expressions (Python syntax) whose matches are replaced "
+                'with "[REDACTED]" in every string of this project\'s payloads before they '
+                "are stored, on top of the built-in rules; [] leaves the built-in rules alone",
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
 
 
 class ProjectSettings(Struct, kw_only=True):
-    """A project, and how long it keeps its data."""
+    """A project, how long it keeps its data and what it redacts."""
 
     id: uuid.UUID
     name: str
@@ -81,6 +93,10 @@ class ProjectSettings(Struct, kw_only=True):
     ]
     retention_enforced_at: Annotated[
         Time | None, Meta(description="When retention was last enforced on this project")
+    ]
+    redaction_patterns: Annotated[
+        list[str],
+        Meta(description="The project's own redaction patterns, applied after the built-in rules"),
     ]
 
 

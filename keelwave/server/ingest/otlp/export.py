@@ -23,6 +23,7 @@ from keelwave.server.http.errors import REFUSED_RETRY_AFTER, refused
 from keelwave.server.ingest.otlp import decode, stored
 from keelwave.server.ingest.otlp.projection import projection
 from keelwave.server.ingest.pricing import PriceTable
+from keelwave.server.ingest.redaction import BUILTIN, ServerRedaction
 from keelwave.server.store import refusals, traces
 
 log = logging.getLogger("keelwave.otlp")
@@ -56,7 +57,7 @@ class Rejected(Exception):
     """The database rejected the data itself: retrying the same export will not help."""
 
 
-def check(spans: list[decode.Span]) -> Accepted:
+def check(spans: list[decode.Span], rules: ServerRedaction = BUILTIN) -> Accepted:
     """Keep the spans that can be stored; count and say why the others cannot."""
     kept: dict[tuple[bytes, bytes], tuple[bytes, bytes, bytes]] = {}
     problems: dict[str, int] = {}
@@ -66,7 +67,7 @@ def check(spans: list[decode.Span]) -> Accepted:
             try:
                 kept.setdefault(
                     (span.trace_id, span.span_id),
-                    (span.trace_id, span.span_id, stored.encode(span)),
+                    (span.trace_id, span.span_id, stored.encode(span, rules)),
                 )
                 continue
             except (OverflowError, TypeError, ValueError):

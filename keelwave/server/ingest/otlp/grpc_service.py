@@ -77,7 +77,7 @@ class TraceService:
             spans = decode.from_protobuf(body)
         except decode.DecodeError as error:
             raise _Refused(grpc.StatusCode.INVALID_ARGUMENT, str(error)) from None
-        accepted = export.check(spans)
+        accepted = export.check(spans, principal.redaction)
         try:
             # Returns once committed: acknowledged means stored.
             await self._ingest.store(principal.project_uuid, accepted, EXPORT)

@@ -123,7 +123,7 @@ async def _export(request: web.Request, media: str, as_json: bool) -> web.Respon
         spans = decode.from_json(body) if as_json else decode.from_protobuf(body)
     except decode.DecodeError as error:
         raise ApiError(400, "malformed_otlp", str(error)) from None
-    accepted = export.check(spans)
+    accepted = export.check(spans, principal.redaction)
     try:
         await request.app[INGEST_KEY].store(principal.project_uuid, accepted, "POST /v1/traces")
     except export.Overloaded as error:

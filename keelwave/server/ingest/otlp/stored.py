@@ -15,7 +15,7 @@ import dataclasses
 
 import msgspec
 
-from keelwave.server.ingest import redaction
+from keelwave.server.ingest.redaction import BUILTIN, ServerRedaction
 from keelwave.server.ingest.otlp import conventions as c
 from keelwave.server.ingest.otlp.decode import Span
 
@@ -23,8 +23,9 @@ _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(Span)
 
 
-def encode(span: Span) -> bytes:
-    """The stored form of ``span``, its secrets redacted (ingest/redaction.py); raises
+def encode(span: Span, rules: ServerRedaction = BUILTIN) -> bytes:
+    """The stored form of ``span``, its secrets redacted by the project's ``rules``
+    (ingest/redaction.py); raises
     OverflowError or TypeError for values msgpack cannot hold (an integer beyond 64
     bits)."""
     if span.parent_span_id is not None and c.role(span) == c.OTHER:
@@ -32,13 +33,13 @@ def encode(span: Span) -> bytes:
         span = dataclasses.replace(span, attributes={}, events=events)
     span = dataclasses.replace(
         span,
-        attributes=redaction.attributes(span.attributes),
+        attributes=rules.attributes(span.attributes),
         events=[
-            dataclasses.replace(event, attributes=redaction.attributes(event.attributes))
+            dataclasses.replace(event, attributes=rules.attributes(event.attributes))
             for event in span.events
         ],
-        status_message=redaction.text(span.status_message) or "",
-        resource=redaction.attributes(span.resource),
+        status_message=rules.text(span.status_message) or "",
+        resource=rules.attributes(span.resource),
     )
     return _encoder.encode(span)
 

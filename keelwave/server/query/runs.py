@@ -1,134 +1,44 @@
-"""Runs as a list, one run, its steps and its model calls.
-
-Lists are newest first with keyset pagination: ``next_cursor`` encodes the
-last row's (started_at, id), so pages stay stable while new runs arrive.
-A run's status is computed when it is read: ``finished`` once it has ended,
-``stalled`` when it has been silent for ``stall_after_seconds``, else
-``running``.
+"""The runs resource: one run, its steps and its model calls; the list, comparisons and
+the timeline are in modules of their own (run_list.py, comparison.py, timeline.py)
+and served from this module's route table.
 """
 
 from __future__ import annotations
 
-import base64
-from typing import Annotated, Any
+from typing import Annotated
 
 from aiohttp import web
 from msgspec import Meta
-from psycopg.rows import dict_row
 
-from keelwave.protocol import TERMINATION_REASONS
-from keelwave.server.findings import KINDS as FINDING_KINDS
-from keelwave.server.http import appkeys, params
+from keelwave.server.http import params
 from keelwave.server.http.errors import not_found
 from keelwave.server.http.operations import ApiRoutes, Param
 from keelwave.server.http.responses import respond
+from keelwave.server.query import comparison, run_list, timeline
+from keelwave.server.query.fields import MODEL_CALL_FIELDS, RUN_FIELDS, STEP_FIELDS, step_json
 from keelwave.server.query.loops import LOOPS_SQL, RUN_EXISTS_SQL, loop_group
 from keelwave.server.query.plans import run_queries
 from keelwave.server.query.schemas import (
-    RUN_STATUSES,
-    FindingKind,
     ModelCallListResponse,
     RunDetailResponse,
-    RunListResponse,
-    RunStatus,
     StepListResponse,
-    TerminationReason,
 )
 
 routes = ApiRoutes("query")
 
-LIST_QUERY = (
-    Param("agent_name", str, "Only this agent."),
-    Param("status", RunStatus, "Only runs in this status."),
-    Param("termination_reason", TerminationReason, "Only runs that ended for this reason."),
-    Param("loop_detected", bool, "Only runs the SDK reported looping (true) or not (false)."),
-    Param("detected_loop", bool, "Only runs the server found looping (true) or not (false)."),
-    Param("finding", FindingKind, "Only runs with a finding of this kind."),
-    Param("loop", bool, "Only runs that loop by either account (true), or by neither (false)."),
-    Param("q", str, "A run id prefix or part of the agent name."),
-    Param("limit", Annotated[int, Meta(ge=1, le=500)], "Page size (default 50)."),
-    params.CURSOR_QUERY,
-    *params.WINDOW_QUERY,
-)
 
-RUN_FIELDS = """
-    id, agent_name, parent_run_id, started_at, ended_at, duration_ms, termination_reason,
-    loop_detected, loop_step_index, detected_loop, detected_loop_step_index, findings,
-    step_count, input_tokens, output_tokens, cost_usd,
-    llm_calls, error, tags, last_activity_at,
-    CASE WHEN ended_at IS NOT NULL THEN 'finished'
-         WHEN last_activity_at < now() - %(stall)s THEN 'stalled'
-         ELSE 'running' END AS status
-"""
+def include(table: ApiRoutes, other: ApiRoutes) -> None:
+    """Add the routes of ``other`` to ``table``, documented as they are: the run resource
+    is one table (app.py registers it), written in several modules."""
+    for route in other:
+        table.route(route.method, route.path, **route.kwargs)(route.handler)
+    table.operations.extend(other.operations)
 
 
-@routes.get(
-    "/v1/projects/{project_id}/agent/runs",
-    summary="List runs",
-    response=RunListResponse,
-    query=LIST_QUERY,
-)
-async def list_runs(request: web.Request) -> web.Response:
-    """Runs newest first, filtered, a page at a time (keyset pagination)."""
-    project_id = await params.read_project(request)
-    limit = params.integer(request, "limit", 50, 1, 500)
-    where = ["project_id = %(project)s"]
-    args: dict[str, Any] = {
-        "project": project_id,
-        "stall": params.stall_after(request),
-        "limit": limit + 1,
-    }
-
-    if agent := params.text(request, "agent_name"):
-        where.append("agent_name = %(agent)s")
-        args["agent"] = agent
-    status = params.choice(request, "status", RUN_STATUSES)
-    if status == "finished":
-        where.append("ended_at IS NOT NULL")
-    elif status == "stalled":
-        where.append("ended_at IS NULL AND last_activity_at < now() - %(stall)s")
-    elif status == "running":
-        where.append("ended_at IS NULL AND last_activity_at >= now() - %(stall)s")
-    if reason := params.choice(request, "termination_reason", TERMINATION_REASONS):
-        where.append("termination_reason = %(reason)s")
-        args["reason"] = reason
-    if (looping := params.boolean(request, "loop_detected")) is not None:
-        where.append("loop_detected = %(looping)s")
-        args["looping"] = looping
-    if (detected := params.boolean(request, "detected_loop")) is not None:
-        where.append("detected_loop = %(detected)s")
-        args["detected"] = detected
-    if (either := params.boolean(request, "loop")) is not None:
-        where.append("(loop_detected OR detected_loop) = %(either)s")
-        args["either"] = either
-    if kind := params.choice(request, "finding", FINDING_KINDS):
-        where.append("%(kind)s = ANY(findings)")
-        args["kind"] = kind
-    if (window := params.window(request, default=None)) is not None:
-        where.append("started_at >= %(since)s AND started_at < %(until)s")
-        args.update(since=window.since, until=window.until)
-    if q := params.text(request, "q"):
-        where.append("(id::text LIKE %(q_prefix)s OR agent_name ILIKE %(q_name)s)")
-        escaped = q.lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-        args.update(q_prefix=escaped + "%", q_name="%" + escaped + "%")
-    if (cursor := params.decode_cursor(request, 2)) is not None:
-        where.append("(started_at, id) < (%(c_started)s::timestamptz, %(c_id)s::uuid)")
-        args.update(c_started=cursor[0], c_id=cursor[1])
-
-    sql = (
-        f"SELECT {RUN_FIELDS} FROM agent_runs WHERE {' AND '.join(where)} "
-        "ORDER BY started_at DESC, id DESC LIMIT %(limit)s"
-    )
-    async with (
-        request.app[appkeys.POOL].connection() as conn,
-        conn.cursor(row_factory=dict_row) as cur,
-    ):
-        rows = await (await cur.execute(sql, args)).fetchall()
-    next_cursor = None
-    if len(rows) > limit:
-        rows = rows[:limit]
-        next_cursor = params.encode_cursor(rows[-1]["started_at"].isoformat(), rows[-1]["id"])
-    return respond(RunListResponse, {"data": rows, "next_cursor": next_cursor})
+include(routes, run_list.routes)
+# Before /runs/{run_id}, which would take "compare" for a run id.
+include(routes, comparison.routes)
+include(routes, timeline.routes)
 
 
 @routes.get(
@@ -143,7 +53,7 @@ async def get_run(request: web.Request) -> web.Response:
     args = {"project": project_id, "run": run_id, "stall": params.stall_after(request)}
     async with run_queries(request) as queries:
         row = await queries.row(
-            f"SELECT {RUN_FIELDS}, input, output, metadata FROM agent_runs "
+            f"SELECT {RUN_FIELDS}, error_traceback, input, output, metadata FROM agent_runs "
             "WHERE project_id = %(project)s AND id = %(run)s",
             args,
             as_dicts=True,
@@ -162,10 +72,9 @@ async def get_run(request: web.Request) -> web.Response:
     return respond(RunDetailResponse, {"data": run})
 
 
-STEPS_SQL = """
+STEPS_SQL = f"""
 SELECT * FROM (
-    SELECT step_index, step_type, tool_name, tool_input, tool_output, content,
-           input_fingerprint, started_at, duration_ms, error,
+    SELECT {STEP_FIELDS},
            CASE WHEN input_fingerprint IS NULL THEN 1
                 ELSE count(*) OVER (PARTITION BY input_fingerprint) END AS fingerprint_hits
     FROM agent_steps WHERE project_id = %(project)s AND run_id = %(run)s
@@ -203,17 +112,8 @@ async def run_steps(request: web.Request) -> web.Response:
         rows = rows[:limit]
         next_cursor = params.encode_cursor(rows[-1]["step_index"])
     return respond(
-        StepListResponse, {"data": [_step_json(row) for row in rows], "next_cursor": next_cursor}
+        StepListResponse, {"data": [step_json(row) for row in rows], "next_cursor": next_cursor}
     )
-
-
-def _step_json(row: dict[str, Any]) -> dict[str, Any]:
-    fingerprint = row.pop("input_fingerprint")
-    hits = row.pop("fingerprint_hits")
-    row["fingerprint"] = base64.b64encode(fingerprint).decode() if fingerprint else None
-    row["loop_hits"] = hits if hits > 1 else 0
-    row["in_loop"] = hits > 1
-    return row
 
 
 @routes.get(
@@ -227,9 +127,7 @@ async def run_model_calls(request: web.Request) -> web.Response:
     run_id = params.run_id_of(request)
     async with run_queries(request) as queries:
         rows = await queries.rows(
-            "SELECT id, step_index, provider, model, input_tokens, output_tokens, "
-            "cache_read_tokens, reasoning_tokens, cost_usd, latency_ms, status, error, "
-            "started_at FROM ai_traces WHERE project_id = %s AND run_id = %s "
+            f"SELECT {MODEL_CALL_FIELDS} FROM ai_traces WHERE project_id = %s AND run_id = %s "
             "ORDER BY started_at, id",
             (project_id, run_id),
             as_dicts=True,

@@ -107,11 +107,22 @@ class Run(Struct, kw_only=True):
     error: str | None
     tags: list[str]
     last_activity_at: Time
+    child_count: Annotated[int, Meta(ge=0, description="Runs whose parent_run_id is this run")]
+
+
+Traceback = Annotated[
+    str | None,
+    Meta(
+        description="The formatted traceback of the exception, as the SDK or exporter sent "
+        "it (at most 16 KiB: earlier lines cut); null when none was sent"
+    ),
+]
 
 
 class RunDetail(Run, kw_only=True):
     """One run with its payloads, its loops (from the stored steps) and its child runs."""
 
+    error_traceback: Traceback
     input: JSONValue
     output: JSONValue
     metadata: JSONValue
@@ -134,6 +145,7 @@ class StepRecord(Struct, kw_only=True):
     started_at: Time
     duration_ms: Millis
     error: str | None
+    error_traceback: Traceback
 
 
 class ModelCallRecord(Struct, kw_only=True):
@@ -152,6 +164,12 @@ class ModelCallRecord(Struct, kw_only=True):
     status: Literal[CALL_STATUSES]  # type: ignore[valid-type]
     error: str | None
     started_at: Time
+    input_messages: Annotated[
+        Any, Meta(description="The prompt, as sent (any JSON); null unless content was captured")
+    ]
+    output_messages: Annotated[
+        Any, Meta(description="The response, as sent (any JSON); null unless content was captured")
+    ]
 
 
 class FindingCounts(Struct, kw_only=True):

@@ -1,0 +1,270 @@
+"""``GET /runs``: a project's runs, filtered and sorted, a page at a time.
+
+Sorted by ``sort`` (started_at unless asked otherwise), newest or largest first
+unless ``order=asc``; ties are broken by started_at and then id in the same
+direction, so the order is total. ``next_cursor`` holds the last row's place
+in that order (its sort value, started_at and id) and the sort it belongs to,
+so pages neither repeat nor skip runs while new ones arrive. Runs without a
+value (duration_ms of a run still going) come last in either order.
+
+By started_at the page is one range scan of agent_runs_recent_idx, forwards or
+backwards; other sorts sort the runs that pass the filters (a window keeps
+that small).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Annotated, Any, Literal
+
+from aiohttp import web
+from msgspec import Meta
+from psycopg.rows import dict_row
+
+from keelwave.protocol import NAME_MAX_LENGTH, TERMINATION_REASONS
+from keelwave.server.findings import KINDS as FINDING_KINDS
+from keelwave.server.http import appkeys, params
+from keelwave.server.http.operations import ApiRoutes, Param
+from keelwave.server.http.responses import respond
+from keelwave.server.query.fields import RUN_FIELDS
+from keelwave.server.query.schemas import (
+    RUN_STATUSES,
+    FindingKind,
+    RunListResponse,
+    RunStatus,
+    TerminationReason,
+)
+
+routes = ApiRoutes("query")
+
+# sort -> (SQL expression, its type, whether it can be NULL)
+SORTS: dict[str, tuple[str, str, bool]] = {
+    "started_at": ("started_at", "timestamptz", False),
+    "duration_ms": ("duration_ms", "float8", True),
+    "cost_usd": ("cost_usd", "float8", False),
+    "step_count": ("step_count", "int8", False),
+    "tokens": ("(input_tokens + output_tokens)", "int8", False),
+    "agent_name": ("agent_name", "text", False),
+}
+ORDERS = ("desc", "asc")
+SortName = Literal[tuple(SORTS)]  # type: ignore[valid-type]
+
+LIST_QUERY = (
+    Param("agent_name", str, "Only this agent."),
+    Param("status", RunStatus, "Only runs in this status."),
+    Param("termination_reason", TerminationReason, "Only runs that ended for this reason."),
+    Param("loop_detected", bool, "Only runs the SDK reported looping (true) or not (false)."),
+    Param("detected_loop", bool, "Only runs the server found looping (true) or not (false)."),
+    Param("finding", FindingKind, "Only runs with a finding of this kind."),
+    Param("loop", bool, "Only runs that loop by either account (true), or by neither (false)."),
+    Param("q", str, "A run id prefix or part of the agent name."),
+    Param("tag", list[str], "Only runs with this tag; repeated: with every one of them."),
+    Param(
+        "metadata",
+        list[Annotated[str, Meta(pattern="^[^=]+=")]],
+        "KEY=VALUE: only runs whose metadata has this top-level string value; repeatable.",
+    ),
+    Param("tool", str, "Only runs with a step of this tool_name."),
+    Param("root", bool, "true: only runs without a parent run; false: only child runs."),
+    Param("parent_run_id", uuid.UUID, "Only the child runs of this run."),
+    Param("sort", SortName, "What to sort by (default started_at); tokens: input + output."),
+    Param("order", Literal[ORDERS], "desc (default) or asc; runs without the value come last."),
+    Param("limit", Annotated[int, Meta(ge=1, le=500)], "Page size (default 50)."),
+    params.CURSOR_QUERY,
+    *params.WINDOW_QUERY,
+)
+
+
+def _names(request: web.Request, name: str) -> list[str]:
+    """Every value of a repeatable parameter, checked like a name."""
+    values = [value for value in request.query.getall(name, []) if value != ""]
+    for value in values:
+        if len(value) > NAME_MAX_LENGTH or "\x00" in value:
+            raise params.invalid(name, f"must be at most {NAME_MAX_LENGTH} characters, without NUL")
+    return values
+
+
+def _metadata(request: web.Request) -> list[str]:
+    """``KEY=VALUE`` pairs as the jsonb each run's metadata must contain."""
+    wanted = []
+    for pair in _names(request, "metadata"):
+        key, equals, value = pair.partition("=")
+        if not equals or not key:
+            raise params.invalid("metadata", f"expected KEY=VALUE; got {pair!r}")
+        wanted.append(json.dumps({key: value}))
+    return wanted
+
+
+def _uuid(request: web.Request, name: str) -> uuid.UUID | None:
+    text = request.query.get(name)
+    if not text:
+        return None
+    try:
+        return uuid.UUID(text)
+    except ValueError:
+        raise params.invalid(name, f"expected a run id (a UUID); got {text!r}") from None
+
+
+def filters(request: web.Request, args: dict[str, Any]) -> list[str]:
+    """The WHERE conditions the query parameters ask for; their values go into ``args``."""
+    where = ["project_id = %(project)s"]
+    if agent := params.text(request, "agent_name"):
+        where.append("agent_name = %(agent)s")
+        args["agent"] = agent
+    status = params.choice(request, "status", RUN_STATUSES)
+    if status == "finished":
+        where.append("ended_at IS NOT NULL")
+    elif status == "stalled":
+        where.append("ended_at IS NULL AND last_activity_at < now() - %(stall)s")
+    elif status == "running":
+        where.append("ended_at IS NULL AND last_activity_at >= now() - %(stall)s")
+    if reason := params.choice(request, "termination_reason", TERMINATION_REASONS):
+        where.append("termination_reason = %(reason)s")
+        args["reason"] = reason
+    if (looping := params.boolean(request, "loop_detected")) is not None:
+        where.append("loop_detected = %(looping)s")
+        args["looping"] = looping
+    if (detected := params.boolean(request, "detected_loop")) is not None:
+        where.append("detected_loop = %(detected)s")
+        args["detected"] = detected
+    if (either := params.boolean(request, "loop")) is not None:
+        where.append("(loop_detected OR detected_loop) = %(either)s")
+        args["either"] = either
+    if kind := params.choice(request, "finding", FINDING_KINDS):
+        where.append("%(kind)s = ANY(findings)")
+        args["kind"] = kind
+    if (window := params.window(request, default=None)) is not None:
+        where.append("started_at >= %(since)s AND started_at < %(until)s")
+        args.update(since=window.since, until=window.until)
+    if q := params.text(request, "q"):
+        where.append("(id::text LIKE %(q_prefix)s OR agent_name ILIKE %(q_name)s)")
+        escaped = q.lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        args.update(q_prefix=escaped + "%", q_name="%" + escaped + "%")
+    if tags := _names(request, "tag"):
+        where.append("tags @> %(tags)s::text[]")
+        args["tags"] = tags
+    for number, wanted in enumerate(_metadata(request)):
+        # keelwave_jsonb (migration 0009): metadata is json, which jsonb may refuse.
+        where.append(f"keelwave_jsonb(metadata) @> %(metadata{number})s::jsonb")
+        args[f"metadata{number}"] = wanted
+    if tool := params.text(request, "tool"):
+        where.append(
+            "EXISTS (SELECT 1 FROM agent_steps s WHERE s.project_id = agent_runs.project_id "
+            "AND s.run_id = agent_runs.id AND s.tool_name = %(tool)s)"
+        )
+        args["tool"] = tool
+    if (root := params.boolean(request, "root")) is not None:
+        where.append("parent_run_id IS NULL" if root else "parent_run_id IS NOT NULL")
+    if (parent := _uuid(request, "parent_run_id")) is not None:
+        where.append("parent_run_id = %(parent)s")
+        args["parent"] = parent
+    return where
+
+
+_PARSERS = {
+    "timestamptz": lambda text: params.timestamp(text, "cursor"),
+    "uuid": uuid.UUID,
+    "float8": float,
+    "int8": int,
+    "text": str,
+}
+
+
+def _checked(text: str, kind: str) -> str:
+    """A cursor's value, refused (422) unless it is of its column's type: a cursor
+    edited by hand must not reach PostgreSQL as a cast that fails."""
+    try:
+        _PARSERS[kind](text)
+    except ValueError:
+        raise params.invalid(
+            "cursor", "not a cursor from this API (use next_cursor as given)"
+        ) from None
+    return text
+
+
+class Order:
+    """The order of one request's runs: the ORDER BY, and the keyset after a cursor."""
+
+    def __init__(self, sort: str, direction: str) -> None:
+        self.sort, self.direction = sort, direction
+        self.expression, self.type, self.nullable = SORTS[sort]
+        # started_at is its own tie-breaker.
+        self.keys = ("started_at", "id") if sort == "started_at" else ("value", "started_at", "id")
+
+    def order_by(self) -> str:
+        way = self.direction.upper()
+        if self.sort == "started_at":
+            return f"started_at {way}, id {way}"
+        nulls = " NULLS LAST" if self.nullable else ""
+        return f"{self.expression} {way}{nulls}, started_at {way}, id {way}"
+
+    def after(self, cursor: list[str], args: dict[str, Any]) -> str:
+        """The condition for rows after the cursor, whose values go into ``args``."""
+        tag, value, started, run_id = cursor
+        if tag != f"{self.sort}:{self.direction}":
+            raise params.invalid(
+                "cursor", "this cursor belongs to another sort or order; start from the first page"
+            )
+        args.update(c_started=_checked(started, "timestamptz"), c_id=_checked(run_id, "uuid"))
+        beyond = "<" if self.direction == "desc" else ">"
+        ties = f"(started_at, id) {beyond} (%(c_started)s::timestamptz, %(c_id)s::uuid)"
+        if self.sort == "started_at":
+            return ties
+        if value == "null":  # the cursor is among the runs without a value: the last ones
+            return f"({self.expression} IS NULL AND {ties})"
+        args["c_value"] = _checked(value.removeprefix("v:"), self.type)
+        later = (
+            f"({self.expression}, started_at, id) {beyond} "
+            f"(%(c_value)s::{self.type}, %(c_started)s::timestamptz, %(c_id)s::uuid)"
+        )
+        return f"({later} OR {self.expression} IS NULL)" if self.nullable else later
+
+    def cursor_of(self, row: dict[str, Any]) -> str:
+        value = row["sort_value"]
+        if value is not None and self.sort == "started_at":
+            value = value.isoformat()
+        encoded = "null" if value is None else f"v:{value}"
+        return params.encode_cursor(
+            f"{self.sort}:{self.direction}", encoded, row["started_at"].isoformat(), row["id"]
+        )
+
+
+@routes.get(
+    "/v1/projects/{project_id}/agent/runs",
+    summary="List runs",
+    response=RunListResponse,
+    query=LIST_QUERY,
+)
+async def list_runs(request: web.Request) -> web.Response:
+    """Runs newest first (or by ``sort``), filtered, a page at a time (keyset pagination)."""
+    project_id = await params.read_project(request)
+    limit = params.integer(request, "limit", 50, 1, 500)
+    order = Order(
+        params.choice(request, "sort", tuple(SORTS)) or "started_at",
+        params.choice(request, "order", ORDERS) or "desc",
+    )
+    args: dict[str, Any] = {
+        "project": project_id,
+        "stall": params.stall_after(request),
+        "limit": limit + 1,
+    }
+    where = filters(request, args)
+    if (cursor := params.decode_cursor(request, 4)) is not None:
+        where.append(order.after(cursor, args))
+    sql = (
+        f"SELECT {RUN_FIELDS}, {order.expression} AS sort_value FROM agent_runs "
+        f"WHERE {' AND '.join(where)} ORDER BY {order.order_by()} LIMIT %(limit)s"
+    )
+    async with (
+        request.app[appkeys.POOL].connection() as conn,
+        conn.cursor(row_factory=dict_row) as cur,
+    ):
+        rows = await (await cur.execute(sql, args)).fetchall()
+    next_cursor = None
+    if len(rows) > limit:
+        rows = rows[:limit]
+        next_cursor = order.cursor_of(rows[-1])
+    for row in rows:
+        del row["sort_value"]
+    return respond(RunListResponse, {"data": rows, "next_cursor": next_cursor})

@@ -1,0 +1,433 @@
+"""The run explorer's API over real HTTP: a run's timeline, two runs compared, the runs
+list sorted and filtered, tracebacks and model-call messages, cost by model and agent.
+
+The data is sent through ingest with known times and nesting, and every answer is
+checked against what was sent.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from conftest import Api, Project
+
+T0 = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=2)
+
+
+def at(seconds: float) -> str:
+    return (T0 + timedelta(seconds=seconds)).isoformat()
+
+
+async def ok(api: Api, path: str, body: object, project: Project, status: int = 200) -> dict:
+    got, answer, _ = await api.post(path, json=body, headers=project.auth("ingest"))
+    assert got == status, answer
+    return answer
+
+
+async def read(api: Api, project: Project, path: str, **query) -> tuple[int, dict]:
+    status, body, _ = await api.get(
+        f"/v1/projects/{project.id}/agent{path}", params=query, headers=project.auth("read")
+    )
+    return status, body
+
+
+async def start(api: Api, project: Project, agent: str, seconds: float, **fields) -> str:
+    run_id = fields.pop("id", None) or str(uuid.uuid4())
+    body = {"id": run_id, "agent_name": agent, "started_at": at(seconds), **fields}
+    await ok(api, "/v1/ingest/agent/runs", body, project, 201)
+    return run_id
+
+
+async def finish(api: Api, project: Project, run_id: str, seconds: float, **fields) -> None:
+    body = {"termination_reason": "clean", "ended_at": at(seconds), **fields}
+    await ok(api, f"/v1/ingest/agent/runs/{run_id}/finish", body, project)
+
+
+async def steps(api: Api, project: Project, run_id: str, *specs: dict) -> None:
+    await ok(api, "/v1/ingest/agent/steps", [{"run_id": run_id, **spec} for spec in specs], project)
+
+
+# -- the timeline ---------------------------------------------------------------
+
+
+@pytest.fixture
+async def nested(api: Api, project: Project) -> dict:
+    """A parent run of known shape: two concurrent searches at t=1, a model call at
+    t=1 (same moment: after the steps), a thought, a child run started at t=3 during
+    step 3, a model call linked to step 4, and a model call at t=3 (before the child)."""
+    parent = await start(api, project, "planner", 0)
+    await steps(
+        api, project, parent,
+        {"step_index": 1, "tool_name": "search", "tool_input": {"q": "a"}, "started_at": at(1),
+         "duration_ms": 1500, "tool_output": {"hits": 1}},
+        {"step_index": 2, "tool_name": "search", "tool_input": {"q": "a"}, "started_at": at(1),
+         "duration_ms": 800},
+        {"step_index": 3, "step_type": "think", "content": "delegate", "started_at": at(2.5),
+         "duration_ms": 3000},
+        {"step_index": 4, "tool_name": "write", "tool_input": {"text": "x"}, "started_at": at(6),
+         "duration_ms": 100, "error": "ValueError: nope"},
+    )  # fmt: skip
+    calls = [
+        {"id": str(uuid.uuid4()), "provider": "openai", "model": "gpt-4o", "run_id": parent,
+         "started_at": at(1), "latency_ms": 400, "input_tokens": 10, "output_tokens": 5},
+        {"id": str(uuid.uuid4()), "provider": "openai", "model": "gpt-4o", "run_id": parent,
+         "step_index": 4, "started_at": at(6.02), "latency_ms": 50, "input_tokens": 7},
+        {"id": str(uuid.uuid4()), "provider": "openai", "model": "gpt-4o-mini", "run_id": parent,
+         "started_at": at(3), "latency_ms": 20},
+    ]  # fmt: skip
+    await ok(api, "/v1/ingest/ai", calls, project)
+    child = await start(api, project, "researcher", 3, parent_run_id=parent, tags=["sub"])
+    await steps(api, project, child, {"step_index": 1, "tool_name": "fetch", "started_at": at(3.1)})
+    await finish(api, project, child, 5)
+    await finish(api, project, parent, 7)
+    return {"parent": parent, "child": child, "calls": [call["id"] for call in calls]}
+
+
+def place(item: dict) -> tuple:
+    key = {"step": "step_index", "model_call": "id", "child_run": "run_id"}[item["kind"]]
+    return (item["kind"], item[key])
+
+
+async def test_timeline_interleaves_steps_model_calls_and_child_runs(api, project, nested):
+    status, body = await read(api, project, f"/runs/{nested['parent']}/timeline")
+    assert status == 200, body
+    calls = nested["calls"]
+    assert [place(item) for item in body["data"]] == [
+        ("step", 1),
+        ("step", 2),
+        ("model_call", calls[0]),
+        ("step", 3),
+        ("model_call", calls[2]),
+        ("child_run", nested["child"]),
+        ("step", 4),
+        ("model_call", calls[1]),
+    ]
+    assert body["next_cursor"] is None
+    first, second, call, _, _, child, failed, linked = body["data"]
+    # Steps carry every field of /steps, and where they end.
+    assert first["tool_name"] == "search" and first["tool_output"] == {"hits": 1}
+    assert first["in_loop"] and first["loop_hits"] == 2 and second["in_loop"]
+    assert first["fingerprint"] == second["fingerprint"]
+    assert datetime.fromisoformat(first["ended_at"]) == T0 + timedelta(seconds=2.5)
+    assert failed["error"] == "ValueError: nope" and failed["error_traceback"] is None
+    assert not failed["in_loop"] and failed["loop_hits"] == 0
+    # Model calls: every field of /llm; the duration is the latency.
+    assert call["model"] == "gpt-4o" and call["duration_ms"] == 400 and call["step_index"] is None
+    assert datetime.fromisoformat(call["ended_at"]) == T0 + timedelta(seconds=1.4)
+    assert linked["step_index"] == 4 and linked["input_messages"] is None
+    # The child run as a runs-list row, its id as run_id.
+    assert child["agent_name"] == "researcher" and child["status"] == "finished"
+    assert child["termination_reason"] == "clean" and child["step_count"] == 1
+    assert child["tags"] == ["sub"] and child["parent_run_id"] == nested["parent"]
+    assert child["duration_ms"] == 2000 and child["child_count"] == 0
+
+
+async def test_timeline_pages_add_up_to_the_whole(api, project, nested):
+    _, whole = await read(api, project, f"/runs/{nested['parent']}/timeline")
+    for limit in (1, 2, 3, 7):
+        items, cursor = [], None
+        while True:
+            query = {"limit": limit, **({"cursor": cursor} if cursor else {})}
+            status, page = await read(api, project, f"/runs/{nested['parent']}/timeline", **query)
+            assert status == 200, page
+            assert len(page["data"]) <= limit
+            items.extend(page["data"])
+            cursor = page["next_cursor"]
+            if cursor is None:
+                break
+        assert items == whole["data"], limit
+
+
+async def test_timeline_of_a_child_run_and_of_unknown_runs(api, project, nested):
+    status, body = await read(api, project, f"/runs/{nested['child']}/timeline")
+    assert status == 200
+    assert [item["kind"] for item in body["data"]] == ["step"]
+    status, body = await read(api, project, f"/runs/{uuid.uuid4()}/timeline")
+    assert status == 404 and body["error"]["code"] == "not_found"
+    status, body = await read(api, project, f"/runs/{nested['parent']}/timeline", limit=5001)
+    assert status == 422 and body["error"]["field"] == "limit"
+    status, body = await read(api, project, f"/runs/{nested['parent']}/timeline", cursor="nope")
+    assert status == 422 and body["error"]["field"] == "cursor"
+
+
+# -- compare ---------------------------------------------------------------------
+
+
+async def two_runs(api: Api, project: Project) -> tuple[str, str]:
+    """a: search(x) → think → fetch(1) → write; b: search(x) → think' → search(y) →
+    fetch(1, other output); so: same, changed_input (thought), only_b, changed_output,
+    only_a."""
+    a = await start(api, project, "agent-a", 0)
+    b = await start(api, project, "agent-b", 10)
+    await steps(
+        api, project, a,
+        {"step_index": 1, "tool_name": "search", "tool_input": {"q": "x"}, "tool_output": [1]},
+        {"step_index": 2, "step_type": "think", "content": "plan"},
+        {"step_index": 3, "tool_name": "fetch", "tool_input": {"id": 1}, "tool_output": "old"},
+        {"step_index": 4, "tool_name": "write", "tool_input": {}},
+    )  # fmt: skip
+    await steps(
+        api, project, b,
+        {"step_index": 1, "tool_name": "search", "tool_input": {"q": "x"}, "tool_output": [1]},
+        {"step_index": 2, "step_type": "think", "content": "another plan"},
+        {"step_index": 3, "tool_name": "search", "tool_input": {"q": "y"}},
+        {"step_index": 4, "tool_name": "fetch", "tool_input": {"id": 1}, "tool_output": "new"},
+    )  # fmt: skip
+    await ok(
+        api, "/v1/ingest/ai",
+        [{"provider": "openai", "model": "m", "run_id": a, "input_tokens": 100,
+          "output_tokens": 10, "cost_usd": 0.25},
+         {"provider": "openai", "model": "m", "run_id": b, "input_tokens": 130,
+          "output_tokens": 10, "cost_usd": 0.5},
+         {"provider": "openai", "model": "m", "run_id": b, "input_tokens": 20, "cost_usd": 0.25}],
+        project,
+    )  # fmt: skip
+    await finish(api, project, a, 4)
+    await finish(api, project, b, 19, termination_reason="max_steps_reached")
+    return a, b
+
+
+async def test_compare_aligns_the_steps_of_two_runs(api, project):
+    a, b = await two_runs(api, project)
+    status, body = await read(api, project, "/runs/compare", a=a, b=b)
+    assert status == 200, body
+    data = body["data"]
+    assert data["aligned"] == "lcs"
+    assert data["a"]["id"] == a and data["a"]["agent_name"] == "agent-a"
+    assert data["b"]["termination_reason"] == "max_steps_reached"
+    assert data["b"]["status"] == "finished"
+    got = [
+        (
+            row["status"],
+            row["a"]["step_index"] if row["a"] else None,
+            row["b"]["step_index"] if row["b"] else None,
+        )
+        for row in data["steps"]
+    ]
+    assert got == [
+        ("same", 1, 1),
+        ("changed_input", 2, 2),
+        ("only_b", None, 3),
+        ("changed_output", 3, 4),
+        ("only_a", 4, None),
+    ]
+    assert data["steps"][3]["a"]["tool_output"] == "old"
+    assert data["steps"][3]["b"]["tool_output"] == "new"
+    totals = data["totals"]
+    assert totals["step_count"] == {"a": 4, "b": 4, "delta": 0}
+    assert totals["input_tokens"] == {"a": 100, "b": 150, "delta": 50}
+    assert totals["llm_calls"] == {"a": 1, "b": 2, "delta": 1}
+    assert totals["cost_usd"] == {"a": 0.25, "b": 0.75, "delta": 0.5}
+    assert totals["duration_ms"] == {"a": 4000, "b": 9000, "delta": 5000}
+
+
+async def test_compare_refuses_what_it_cannot_compare(api, project):
+    a, _ = await two_runs(api, project)
+    status, body = await read(api, project, "/runs/compare", a=a)
+    assert status == 422 and body["error"]["field"] == "b"
+    status, body = await read(api, project, "/runs/compare", a="not-a-run", b=a)
+    assert status == 422 and body["error"]["field"] == "a"
+    assert "not-a-run" in body["error"]["message"]
+    status, body = await read(api, project, "/runs/compare", a=a, b=str(uuid.uuid4()))
+    assert status == 404 and body["error"]["code"] == "not_found"
+
+
+async def test_compare_is_a_route_of_its_own_not_a_run_id(api, project):
+    """/runs/compare is not read as the run 'compare' (which would be a 404)."""
+    a, b = await two_runs(api, project)
+    status, _ = await read(api, project, "/runs/compare", a=a, b=b)
+    assert status == 200
+    status, body = await read(api, project, f"/runs/{a}")
+    assert status == 200 and body["data"]["id"] == a
+
+
+# -- the runs list: sort, filters, child counts ------------------------------------
+
+
+@pytest.fixture
+async def listed(api: Api, project: Project) -> list[dict]:
+    """Twelve runs with known durations (three unfinished), costs, steps, tokens, tags,
+    metadata and tools; ties on purpose (equal costs and step counts, two starts at
+    the same moment); runs 1 and 2 are children of run 0, run 3 a child of run 1."""
+    runs = []
+    for n in range(12):
+        run = {
+            "id": str(uuid.uuid4()),
+            "agent": ["alpha", "beta", "gamma"][n % 3],
+            "started": 100 + n * 10 if n != 5 else 140,  # run 5 starts with run 4
+            "duration_ms": None if n in (2, 7, 9) else [900, 300, 0, 4000, 300, 50][n % 6] + n,
+            "cost": [0.5, 0.25, 0.25, 0.0, 1.0][n % 5],
+            "steps": n % 4,
+            "tokens": (n * 37) % 100,
+            "tags": ["prod", "eu"] if n % 2 == 0 else (["prod"] if n % 3 == 0 else []),
+            "metadata": {"team": "search" if n < 6 else "ads", "tier": n % 2, "user": f"u{n % 3}"},
+            "parent": None,
+        }
+        runs.append(run)
+    runs[1]["parent"] = runs[2]["parent"] = runs[0]["id"]
+    runs[3]["parent"] = runs[1]["id"]
+    for n, run in enumerate(runs):
+        fields = {"tags": run["tags"], "metadata": run["metadata"]}
+        if run["parent"]:
+            fields["parent_run_id"] = run["parent"]
+        await start(api, project, run["agent"], run["started"], id=run["id"], **fields)
+        specs = [
+            {"step_index": i, "tool_name": "search" if n % 2 else "fetch", "tool_input": {"i": i}}
+            for i in range(1, run["steps"] + 1)
+        ]
+        if specs:
+            await steps(api, project, run["id"], *specs)
+        if run["cost"] or run["tokens"]:
+            call = {"provider": "openai", "model": "m", "run_id": run["id"],
+                    "cost_usd": run["cost"], "input_tokens": run["tokens"], "output_tokens": n}  # fmt: skip
+            await ok(api, "/v1/ingest/ai", call, project)
+            run["tokens"] += n
+        if run["duration_ms"] is not None:
+            ended = run["started"] + run["duration_ms"] / 1000
+            await finish(api, project, run["id"], ended)
+    return runs
+
+
+async def all_pages(api: Api, project: Project, **query) -> list[dict]:
+    rows, cursor = [], None
+    while True:
+        status, page = await read(
+            api, project, "/runs", **query, **({"cursor": cursor} if cursor else {})
+        )
+        assert status == 200, page
+        rows.extend(page["data"])
+        cursor = page["next_cursor"]
+        if cursor is None:
+            return rows
+
+
+def expected(runs: list[dict], value, direction: str) -> list[str]:
+    """The runs by value (None last in both orders), then by start and id, as the API sorts."""
+
+    def ordered(subset: list[dict]) -> list[dict]:
+        return sorted(subset, key=lambda run: (value(run), at(run["started"]), uuid.UUID(run["id"])),
+                      reverse=direction == "desc")  # fmt: skip
+
+    valued = [run for run in runs if value(run) is not None]
+    missing = [run for run in runs if value(run) is None]
+    missing.sort(
+        key=lambda run: (at(run["started"]), uuid.UUID(run["id"])), reverse=direction == "desc"
+    )
+    return [run["id"] for run in ordered(valued) + missing]
+
+
+SORT_VALUES = {
+    "started_at": lambda run: at(run["started"]),
+    "duration_ms": lambda run: run["duration_ms"],
+    "cost_usd": lambda run: run["cost"],
+    "step_count": lambda run: run["steps"],
+    "tokens": lambda run: run["tokens"],
+    "agent_name": lambda run: run["agent"],
+}
+
+
+@pytest.mark.parametrize("sort", list(SORT_VALUES))
+@pytest.mark.parametrize("order", ["desc", "asc"])
+async def test_runs_sort_by_every_column_across_pages(api, project, listed, sort, order):
+    want = expected(listed, SORT_VALUES[sort], order)
+    for limit in (3, 5, 50):
+        got = await all_pages(api, project, sort=sort, order=order, limit=limit)
+        assert [row["id"] for row in got] == want, (sort, order, limit)
+
+
+async def test_runs_default_order_is_newest_first(api, project, listed):
+    got = await all_pages(api, project, limit=4)
+    assert [row["id"] for row in got] == expected(listed, SORT_VALUES["started_at"], "desc")
+
+
+async def test_a_page_stays_put_while_runs_arrive(api, project, listed):
+    status, first = await read(api, project, "/runs", sort="cost_usd", limit=4)
+    assert status == 200
+    for seconds in (0, 500):  # a cheap run and a dear one, the newest and the oldest
+        run_id = await start(api, project, "late", seconds)
+        call = {"provider": "openai", "model": "m", "run_id": run_id, "cost_usd": 0.3}
+        await ok(api, "/v1/ingest/ai", call, project)
+    rest = []
+    cursor = first["next_cursor"]
+    while cursor:
+        _, page = await read(api, project, "/runs", sort="cost_usd", limit=4, cursor=cursor)
+        rest.extend(page["data"])
+        cursor = page["next_cursor"]
+    seen = [row["id"] for row in first["data"] + rest if row["agent_name"] != "late"]
+    assert seen == expected(listed, SORT_VALUES["cost_usd"], "desc")
+
+
+async def test_runs_filters(api, project, listed):
+    async def ids(**query) -> set[str]:
+        return {row["id"] for row in await all_pages(api, project, **query)}
+
+    def where(test) -> set[str]:
+        return {run["id"] for run in listed if test(run)}
+
+    assert await ids(tag="prod") == where(lambda run: "prod" in run["tags"])
+    assert await ids(tag=["prod", "eu"]) == where(lambda run: "eu" in run["tags"])
+    assert await ids(tag="nope") == set()
+    assert await ids(metadata="team=ads") == where(lambda run: run["metadata"]["team"] == "ads")
+    assert await ids(metadata=["team=search", "user=u1"]) == where(
+        lambda run: run["metadata"]["team"] == "search" and run["metadata"]["user"] == "u1"
+    )
+    # A string value: tier is a number in the metadata.
+    assert await ids(metadata="tier=1") == set()
+    assert await ids(tool="search") == where(lambda run: run["steps"] and listed.index(run) % 2)
+    assert await ids(root="true") == where(lambda run: run["parent"] is None)
+    assert await ids(root="false") == where(lambda run: run["parent"] is not None)
+    assert await ids(parent_run_id=listed[0]["id"]) == {listed[1]["id"], listed[2]["id"]}
+    both = await ids(tag="prod", agent_name="alpha", sort="cost_usd")
+    assert both == where(lambda run: "prod" in run["tags"] and run["agent"] == "alpha")
+    # since/until: the window of starts, as before.
+    window = await ids(since=at(130), until=at(160))
+    assert window == where(lambda run: 130 <= run["started"] < 160)
+
+
+async def test_runs_rows_count_their_children(api, project, listed):
+    rows = {row["id"]: row for row in await all_pages(api, project)}
+    assert rows[listed[0]["id"]]["child_count"] == 2
+    assert rows[listed[1]["id"]]["child_count"] == 1
+    assert rows[listed[1]["id"]]["parent_run_id"] == listed[0]["id"]
+    assert rows[listed[4]["id"]]["child_count"] == 0
+    status, detail = await read(api, project, f"/runs/{listed[0]['id']}")
+    assert status == 200 and sorted(detail["data"]["child_runs"]) == sorted(
+        [listed[1]["id"], listed[2]["id"]]
+    )
+    assert detail["data"]["child_count"] == 2
+
+
+@pytest.mark.parametrize(
+    ("query", "field", "says"),
+    [
+        (
+            {"sort": "cost"},
+            "sort",
+            "started_at, duration_ms, cost_usd, step_count, tokens, agent_name",
+        ),
+        ({"order": "up"}, "order", "desc, asc"),
+        ({"metadata": "team"}, "metadata", "KEY=VALUE"),
+        ({"metadata": "=x"}, "metadata", "KEY=VALUE"),
+        ({"parent_run_id": "nope"}, "parent_run_id", "UUID"),
+        ({"root": "maybe"}, "root", "true or false"),
+        ({"status": "error"}, "status", "running, stalled, finished"),
+        ({"tag": "x" * 300}, "tag", "256"),
+    ],
+)
+async def test_runs_list_refuses_bad_parameters(api, project, query, field, says):
+    status, body = await read(api, project, "/runs", **query)
+    assert status == 422, body
+    assert body["error"]["field"] == field and says in body["error"]["message"]
+
+
+async def test_a_cursor_of_one_sort_is_refused_by_another(api, project, listed):
+    _, page = await read(api, project, "/runs", sort="cost_usd", limit=2)
+    status, body = await read(api, project, "/runs", sort="tokens", cursor=page["next_cursor"])
+    assert status == 422 and body["error"]["field"] == "cursor"
+    assert "another sort" in body["error"]["message"]
+    status, body = await read(
+        api, project, "/runs", cursor=page["next_cursor"], order="asc", sort="cost_usd"
+    )
+    assert status == 422 and body["error"]["field"] == "cursor"

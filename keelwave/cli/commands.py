@@ -15,7 +15,18 @@ from typing import Annotated
 import typer
 
 from keelwave import __version__
-from keelwave.cli import alerts, delete, demo, keys, migrate, projects, query, serve, tui
+from keelwave.cli import (
+    alerts,
+    delete,
+    demo,
+    keys,
+    migrate,
+    projects,
+    query,
+    serve,
+    transfer,
+    tui,
+)
 from keelwave.cli.common import new_app
 
 app = new_app(
@@ -58,4 +69,6 @@ app.command("loops")(query.loops)
 app.command("findings")(query.findings)
 app.command("summary")(query.summary)
 app.add_typer(alerts.app, name="alerts")
+app.command("export")(transfer.export)
+app.command("import")(transfer.import_)
 app.command("tui")(tui.tui)

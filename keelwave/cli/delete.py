@@ -21,15 +21,16 @@ _AGO = re.compile(r"^(\d{1,5})(m|h|d)$")
 _UNITS = {"m": "minutes", "h": "hours", "d": "days"}
 
 
-def before_time(text: str) -> str:
-    """``--before``: an ISO 8601 time, or an age such as ``30d`` (started 30 days ago)."""
+def before_time(text: str, flag: str = "--before") -> str:
+    """``--before`` (or ``flag``): an ISO 8601 time, or an age such as ``30d`` (started
+    30 days ago)."""
     if match := _AGO.match(text.strip()):
         moment = datetime.now(UTC) - timedelta(**{_UNITS[match.group(2)]: int(match.group(1))})
         return moment.isoformat()
     try:
         moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
     except ValueError:
-        fail(f"--before takes an ISO 8601 time or an age such as 30d, not {text!r}")
+        fail(f"{flag} takes an ISO 8601 time or an age such as 30d, not {text!r}")
     return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).isoformat()
 
 

@@ -28,6 +28,7 @@ from keelwave.server.ingest.otlp import routes as otlp
 from keelwave.server.ingest.otlp.export import TraceIngest
 from keelwave.server.ingest.pricing import PriceTable
 from keelwave.server.lifecycle import routes as lifecycle
+from keelwave.server.lifecycle import transfer
 from keelwave.server.query import aggregates, loops, runs, tools
 from keelwave.server.store import pooling, refusals, timescale
 from keelwave.server.store.reaper import Reaper
@@ -51,6 +52,7 @@ ROUTE_TABLES = (
     runs.routes,
     tools.routes,
     lifecycle.routes,
+    transfer.routes,
 )
 
 

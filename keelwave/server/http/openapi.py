@@ -103,6 +103,12 @@ def _operation(operation: Operation, schema_of: dict[str, dict]) -> dict[str, An
     responses: dict[str, Any] = {
         str(operation.status): {"description": "OK", "content": _content(success)}
     }
+    if operation.response_format is not None:
+        media, text = operation.response_format
+        responses[str(operation.status)] = {
+            "description": text,
+            "content": {media: {"schema": {"type": "string"}}},
+        }
     for status in operation.also:
         responses[str(status)] = {"description": "Not OK", "content": _content(success)}
     error = _content(schema_of[_key(operation.error or Error)])

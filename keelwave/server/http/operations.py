@@ -66,6 +66,8 @@ class Operation:
     body_formats: tuple[tuple[str, str], ...] = ()
     # What failures carry, if not the API's Error (OTLP answers google.rpc.Status).
     error: Any | None = None
+    # An answer that is not JSON (an export's JSON lines): (media type, what it holds).
+    response_format: tuple[str, str] | None = None
 
     @property
     def path_params(self) -> list[Param]:
@@ -106,6 +108,7 @@ class ApiRoutes(web.RouteTableDef):
         also: tuple[int, ...] = (),
         body_formats: dict[str, str] | None = None,
         error: Any | None = None,
+        response_format: tuple[str, str] | None = None,
     ) -> Callable[[Handler], Handler]:
         def register(handler: Handler) -> Handler:
             # The docstring's first paragraph says what the route does; the rest is
@@ -127,6 +130,7 @@ class ApiRoutes(web.RouteTableDef):
                     also=also,
                     body_formats=tuple((body_formats or {}).items()),
                     error=error,
+                    response_format=response_format,
                 )
             )
             self.route(method, path)(handler)

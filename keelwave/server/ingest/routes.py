@@ -76,7 +76,7 @@ async def _body(request: web.Request) -> bytes:
     return body
 
 
-async def _write(request: web.Request, **rows: list[tuple]) -> None:
+async def write_rows(request: web.Request, **rows: list[tuple]) -> None:
     settings = request.app[appkeys.SETTINGS]
     try:
         await request.app[appkeys.WRITER].write(**rows)
@@ -138,7 +138,7 @@ async def start_run(request: web.Request) -> web.Response:
                 run.tags,
             )
         )
-    await _write(request, runs=rows)
+    await write_rows(request, runs=rows)
     if is_array:
         return json_response(RunsStartedResponse(RunsStarted(len(ids), ids)), status=201)
     return json_response(RunStartedResponse(RunStarted(ids[0])), status=201)
@@ -234,7 +234,7 @@ async def ingest_steps(request: web.Request) -> web.Response:
                 rules.text(clean_text(step.error)),
             )
         )
-    await _write(request, steps=rows)
+    await write_rows(request, steps=rows)
     return json_response(StepsAcceptedResponse(StepsAccepted(len(rows))))
 
 
@@ -285,5 +285,5 @@ async def ingest_model_calls(request: web.Request) -> web.Response:
                 timestamp(call.started_at, now),
             )
         )
-    await _write(request, traces=rows)
+    await write_rows(request, traces=rows)
     return json_response(CallsAcceptedResponse(CallsAccepted(len(rows), ids)))

@@ -170,7 +170,7 @@ def test_runs_loops_takes_either_account_and_finding_filters(server, judged) -> 
     cycles = json.loads(cli(server, project, "runs", "--finding", "cycle", "--json").stdout)
     assert [run["id"] for run in cycles] == [runs.cycle]
     text = cli(server, project, "runs", "--finding", "no_progress").stdout
-    assert "1 runs" in text and runs.near[:8] in text
+    assert "1 run ·" in text and runs.near[:8] in text
     bad = cli(server, project, "runs", "--finding", "bogus")
     assert bad.returncode == 1 and "exact_loop, cycle, near_duplicate, no_progress" in bad.stderr
     assert len(bad.stderr.strip().splitlines()) == 1
@@ -313,3 +313,53 @@ def test_login_stores_the_key_privately_and_flags_win(server, known, tmp_path: P
     )
     refused = keelwave("login", "--api-key", bad, env={**environment, **env})
     assert refused.returncode == 1 and "refused" in refused.stderr
+
+
+def login(server, stdin: str | None, *args: str, **env: str):
+    """`keelwave login` with no terminal: its input is ``stdin`` (or nothing at all)."""
+    import subprocess
+    import sys
+
+    environment = {k: v for k, v in os.environ.items() if k != "KEELWAVE_API_KEY"}
+    return subprocess.run(
+        [sys.executable, "-m", "keelwave.cli", "login", *args],
+        input=stdin if stdin is not None else "",
+        capture_output=True,
+        text=True,
+        env={**environment, "KEELWAVE_ENDPOINT": server.url, **env},
+        timeout=60,
+    )
+
+
+def test_login_without_a_terminal(server, known, tmp_path: Path) -> None:
+    project, _ = known
+    key = project.keys["read"]
+    # KEELWAVE_API_KEY is the key to log in with: no question asked.
+    config = tmp_path / "env.json"
+    result = login(server, None, KEELWAVE_API_KEY=key, KEELWAVE_CONFIG=str(config))
+    assert result.returncode == 0, result.stderr
+    assert "(the key from KEELWAVE_API_KEY)" in result.stdout
+    assert json.loads(config.read_text())["api_key"] == key
+    # A key piped in.
+    config = tmp_path / "piped.json"
+    result = login(server, key + "\n", KEELWAVE_CONFIG=str(config))
+    assert result.returncode == 0, result.stderr
+    assert json.loads(config.read_text())["api_key"] == key
+    # Nothing at all: a clear refusal, at once.
+    result = login(server, None, KEELWAVE_CONFIG=str(tmp_path / "none.json"))
+    assert result.returncode == 2
+    assert "no API key to log in with" in result.stderr and "KEELWAVE_API_KEY" in result.stderr
+    assert "Traceback" not in result.stderr and not (tmp_path / "none.json").exists()
+
+
+def test_an_endpoint_without_its_scheme(server, known, tmp_path: Path) -> None:
+    project, _ = known
+    bare = server.url.removeprefix("http://")
+    config = tmp_path / "bare.json"
+    result = login(server, None, "--endpoint", bare, "--api-key", project.keys["read"],
+                   KEELWAVE_CONFIG=str(config))  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert f"Logged in to {server.url}" in result.stdout
+    assert json.loads(config.read_text())["endpoint"] == server.url
+    listed = cli(server, project, "runs", "--json", KEELWAVE_ENDPOINT=bare + "/")
+    assert listed.returncode == 0, listed.stderr

@@ -78,7 +78,8 @@ def create(
         stdout.print_json(json.dumps(created.as_dict()))
         return
     stdout.print(
-        f"Created a [bold]{created.scope}[/] key for project "
+        f"Created {'an' if created.scope[0] in 'aeiou' else 'a'} [bold]{created.scope}[/] key "
+        f"for project "
         f"[bold]{created.project}[/] ({created.project_id})."
     )
     stdout.print("It is shown only this once; store it somewhere safe:\n")
@@ -126,20 +127,76 @@ def list_(
 
 @app.command("revoke")
 def revoke(
-    key_id: Annotated[str, typer.Argument(help="The key's id, or a unique start of it.")],
+    key_ref: Annotated[
+        str,
+        typer.Argument(
+            metavar="KEY",
+            help="The key's id or a unique start of it, or the key prefix `keys list` "
+            "prints (kw_AbC123).",
+        ),
+    ],
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Revoke without asking.")] = False,
     as_json: JsonFlag = False,
     database_url: DatabaseUrl = None,
     data_dir: DataDir = None,
 ) -> None:
-    """Revoke a key. Running servers stop accepting it at once."""
+    """Revoke a key, after asking. Running servers stop accepting it at once."""
     from keelwave.db import keys as store
 
     with key_database(database_url, data_dir) as conn:
         try:
-            row = store.revoke_key(conn, key_id)
+            row = find_key(store.list_keys(conn), key_ref)
         except store.UnknownKey as error:
             fail(str(error))
+        if row["revoked_at"] is not None:
+            if as_json:
+                stdout.print_json(json.dumps(store.jsonable(row)))
+                return
+            stdout.print(f"Key {row['id']} ({row['prefix']}…) was already revoked, "
+                         f"on {row['revoked_at']:%Y-%m-%d %H:%M %Z}.")  # fmt: skip
+            return
+        if not yes:
+            confirm_revocation(row)
+        row = {**row, **store.revoke_key(conn, row["id"])}
     if as_json:
         stdout.print_json(json.dumps(store.jsonable(row)))
         return
     stdout.print(f"Revoked key {row['id']} ({row['prefix']}…).")
+
+
+def find_key(rows: list[dict], reference: str) -> dict:
+    """The one key ``reference`` names: an id or its start (as `keys list` shows ids), or
+    the display prefix `keys list` shows (``kw_AbC123``, with or without its ``…``, or a
+    start of it; the case matters, as in the key)."""
+    from keelwave.db.keys import KEY_PREFIX, UnknownKey
+
+    reference = reference.strip().removesuffix("…")
+    if reference.startswith(KEY_PREFIX):
+        matches = [row for row in rows if row["prefix"].startswith(reference)]
+        what = "key prefix"
+    else:
+        wanted = reference.lower()
+        if not wanted or any(ch not in "0123456789abcdef-" for ch in wanted):
+            raise UnknownKey(f"{reference!r} is neither a key id nor a key prefix (kw_…): "
+                             "see `keelwave keys list`")  # fmt: skip
+        matches = [row for row in rows if row["id"].startswith(wanted)]
+        what = "id"
+    if not matches:
+        raise UnknownKey(f"no key with {what} {reference!r} (see `keelwave keys list`)")
+    if len(matches) > 1:
+        raise UnknownKey(f"{reference!r} matches {len(matches)} keys; give more of the {what}")
+    return matches[0]
+
+
+def confirm_revocation(row: dict) -> None:
+    """Ask on the terminal; without one, refuse rather than wait for an answer never typed."""
+    import sys
+
+    named = f", {row['name']!r}" if row.get("name") else ""
+    what = f"{row['prefix']}… ({row['scope']} key of project {row['project']}{named})"
+    if not sys.stdin.isatty():
+        fail(f"not revoking {what} without asking, and there is no terminal to ask on: "
+             "pass --yes to revoke it", code=2)  # fmt: skip
+    if not typer.confirm(f"Revoke {what}? Anything using it is refused from now on"):
+        stdout.print("Not revoked.")
+        raise typer.Exit(1)

@@ -7,6 +7,7 @@ rich's tables; only a command that has something to show imports this.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from rich import box
@@ -15,16 +16,17 @@ from rich.text import Text
 
 from keelwave.cli.common import stdout
 from keelwave.remote import format as fmt
-from keelwave.remote import verdict
-from keelwave.remote.timeline import Band, band_text, fold
+from keelwave.remote import verdict, waterfall
+from keelwave.remote.timeline import Band, band_text
 from keelwave.remote.timeline import legend as legend_of
 
 
-def show_runs(answer: dict[str, Any]) -> None:
+def show_runs(answer: dict[str, Any], filtered: bool = False) -> None:
     """The run list, one line per run, with a LOOP badge when the agent reported a loop or
-    the server found one (LOOP*: the server only), and a legend when it needs one."""
+    the server found one (LOOP*: the server only), and a legend when it needs one.
+    ``filtered``: the list was narrowed, so an empty one means no match, not no data."""
     data = answer["data"]
-    title = f"{len(data)} runs · loop rate {fmt.rate(verdict.loop_rate(data))}"
+    title = f"{fmt.plural(len(data), 'run')} · loop rate {fmt.rate(verdict.loop_rate(data))}"
     # Light borders, one space between columns, short cells: it fits in 80 columns.
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
                   padding=(0, 1, 0, 0))  # fmt: skip
@@ -43,7 +45,8 @@ def show_runs(answer: dict[str, Any]) -> None:
             fmt.tokens(run["input_tokens"] + run["output_tokens"]), fmt.money(run["cost_usd"]),
         )  # fmt: skip
     if not data:
-        stdout.print("No runs match. Send some with `keelwave demo`.")
+        stdout.print("No runs match these filters." if filtered
+                     else "No runs yet. Send some with `keelwave demo`.")  # fmt: skip
         return
     stdout.print(table)
     for line in verdict.legend(data):
@@ -53,49 +56,82 @@ def show_runs(answer: dict[str, Any]) -> None:
 
 
 def show_run(
-    run: dict[str, Any], steps: list[dict[str, Any]], findings: list[dict[str, Any]]
+    run: dict[str, Any],
+    items: list[dict[str, Any]],
+    findings: list[dict[str, Any]],
+    full: bool = False,
 ) -> None:
-    """One run: its header, then its timeline with loops (repeats, cycles) folded into
-    bands and the server's warnings marked on their steps."""
+    """One run: its header (when it started and ended, what went in and came out, its
+    error with the traceback), then its timeline: steps with loops (repeats, cycles) folded
+    into bands and the server's warnings marked, model calls and child runs placed where
+    they started. ``full``: input, output and metadata uncut."""
     header = Table.grid(padding=(0, 2))
-    header.add_column(style="dim")
-    header.add_column()
+    header.add_column(style="dim", no_wrap=True)
+    header.add_column(overflow="fold")
     loop = Text(verdict.loop_line(run))
     if verdict.loops(run):
         loop.stylize("bold red", 0, 3)
+    calls = fmt.plural(run["llm_calls"], "model call")
     for label, value in (
         ("run", run["id"]),
         ("agent", run["agent_name"]),
         ("status", fmt.status(run, short=False)),
         ("termination", run["termination_reason"] or "—"),
+        ("started", fmt.moment(run["started_at"])),
+        ("ended", fmt.moment(run["ended_at"]) if run.get("ended_at") else "not yet"),
         ("loop", loop),
         ("findings", verdict.findings_text(run)),
         ("duration", fmt.duration(run["duration_ms"])),
         ("steps", str(run["step_count"])),
         ("tokens", f"{fmt.tokens(run['input_tokens'])} in · "
-                   f"{fmt.tokens(run['output_tokens'])} out · {run['llm_calls']} model calls"),
+                   f"{fmt.tokens(run['output_tokens'])} out · {calls}"),
         ("cost", fmt.money(run["cost_usd"])),
         ("parent", run["parent_run_id"] or "—"),
         ("children", ", ".join(fmt.short_id(child) for child in run["child_runs"]) or "—"),
     ):  # fmt: skip
         header.add_row(label, value)
+    if run.get("tags"):
+        header.add_row("tags", ", ".join(run["tags"]))
+    for label in ("metadata", "input", "output"):
+        if run.get(label) not in (None, {}, ""):
+            header.add_row(
+                label, Text(fmt.cut(fmt.compact_json(run[label]), None if full else 300))
+            )
     if run.get("error"):
         header.add_row("error", Text(run["error"], style="red"))
     stdout.print(header)
-    if not steps:
+    if run.get("error_traceback"):
+        stdout.print(Text(run["error_traceback"].rstrip(), style="red dim"))
+    rows = waterfall.rows_of(items, findings)
+    if not rows:
         stdout.print("No steps recorded.")
         return
-    bands = fold(steps, findings)
     timeline = Table(title="timeline", title_justify="left")
+    timeline.add_column("at", justify="right", no_wrap=True, style="dim")
     timeline.add_column("step", justify="right", no_wrap=True)
     timeline.add_column("what")
     timeline.add_column("duration", justify="right", no_wrap=True)
     timeline.add_column("")
-    for band in bands:
-        low, high = band.indices
-        where = str(low) if low == high else f"{low}–{high}"
-        timeline.add_row(where, band_text(band), fmt.duration(band.duration_ms), band_notes(band))
+    for row in rows:
+        at = waterfall.offset(row.started_at, run["started_at"])
+        took = fmt.duration(waterfall.duration_ms(row))
+        if row.band is not None:
+            low, high = row.band.indices
+            where = str(low) if low == high else f"{low}–{high}"
+            what = band_text(row.band)
+            if row.inside:
+                what.append("  ").append_text(waterfall.inside_text(row))
+            timeline.add_row(at, where, what, took, band_notes(row.band))
+        elif row.kind == "model_call":
+            assert row.item is not None
+            step = row.item.get("step_index")
+            timeline.add_row(at, Text(f"↳{step}" if step is not None else "", style="dim"),
+                             waterfall.call_text(row.item), took, "")  # fmt: skip
+        else:
+            assert row.item is not None
+            timeline.add_row(at, "", waterfall.child_text(row.item), took, "")
     stdout.print(timeline)
+    bands = [row.band for row in rows if row.band is not None]
     if legend := legend_of(bands):
         stdout.print(f"[dim]{legend}[/]")
 
@@ -104,7 +140,7 @@ def band_notes(band: Band) -> Text:
     """Errors, then each warning on the band: its sentence where it began."""
     notes = Text()
     if band.errors:
-        notes.append(f"{band.errors} error(s)", style="red")
+        notes.append(fmt.plural(band.errors, "error"), style="red")
     for mark in band.marks:
         if notes:
             notes.append("\n")
@@ -112,19 +148,31 @@ def band_notes(band: Band) -> Text:
     return notes
 
 
-def show_loops(run_id: str, data: list[dict[str, Any]], full: bool) -> None:
-    """A run's loop groups."""
+def show_loops(run_id: str, data: list[dict[str, Any]], inputs: dict[int, Any], full: bool) -> None:
+    """A run's loop groups: each tool with the input it repeated (``inputs``: each step's
+    tool_input by step index), cut to fit a line; ``full``: whole fingerprints, and each
+    whole input below the table."""
     if not data:
         stdout.print(f"Run {fmt.short_id(run_id)} repeats nothing: no loops.")
         return
     table = Table(title=f"loops of run {run_id}", title_justify="left")
-    for column in ("fingerprint", "tool", "hits", "steps"):
-        table.add_column(column, justify="right" if column == "hits" else "left")
+    table.add_column("tool", no_wrap=True)
+    if not full:
+        table.add_column("input", no_wrap=True, overflow="ellipsis", max_width=40)
+    table.add_column("hits", justify="right")
+    table.add_column("steps", overflow="fold")
+    table.add_column("fingerprint", no_wrap=True)
     for group in data:
         fingerprint = group["fingerprint"] if full else group["fingerprint"][:12] + "…"
-        table.add_row(fingerprint, group["tool_name"], str(group["hits"]),
-                      ", ".join(map(str, group["step_indices"])))  # fmt: skip
+        steps = ", ".join(map(str, group["step_indices"]))
+        repeated = [] if full else [fmt.compact_json(inputs.get(group["step_indices"][0]))]
+        table.add_row(group["tool_name"], *repeated, str(group["hits"]), steps, fingerprint)
     stdout.print(table)
+    if full:
+        for group in data:
+            stdout.print(f"\n{group['tool_name']} ×{group['hits']}, the input it repeated:")
+            repeated = inputs.get(group["step_indices"][0])
+            stdout.print(json.dumps(repeated, indent=2, ensure_ascii=False), markup=False)
 
 
 def show_findings(run_id: str, data: list[dict[str, Any]]) -> None:

@@ -36,9 +36,11 @@ class Api:
         self._project: str | None = None
 
     def get(self, path: str, **params: Any) -> Any:
-        """GET ``path``; return the whole JSON answer (``{"data": …}``)."""
-        query = {key: value for key, value in params.items() if value is not None}
-        url = self.endpoint + path + ("?" + urllib.parse.urlencode(query) if query else "")
+        """GET ``path``; return the whole JSON answer (``{"data": …}``). A list value is
+        the parameter repeated (``tag=a&tag=b``); None and empty lists are left out."""
+        query = {key: value for key, value in params.items() if value not in (None, [], ())}
+        encoded = urllib.parse.urlencode(query, doseq=True)
+        url = self.endpoint + path + ("?" + encoded if encoded else "")
         request = urllib.request.Request(url, headers={"Authorization": f"Bearer {self._key}"})
         return self._answer(request)
 
@@ -93,6 +95,17 @@ class Api:
             cursor = answer.get("next_cursor")
             if not cursor:
                 return steps
+
+    def timeline(self, run_id: str) -> list[dict]:
+        """A run's steps, model calls and child runs by start time, page after page."""
+        items: list[dict] = []
+        cursor = None
+        while True:
+            answer = self.agent(f"/runs/{run_id}/timeline", limit=5000, cursor=cursor)
+            items += answer["data"]
+            cursor = answer.get("next_cursor")
+            if not cursor:
+                return items
 
     def resolve_run(self, reference: str) -> str:
         """A full run id from an id or a unique start of one."""

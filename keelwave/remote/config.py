@@ -50,11 +50,18 @@ def save(endpoint: str, api_key: str) -> Path:
     return path
 
 
+def normalize_endpoint(text: str) -> str:
+    """``localhost:8080`` means ``http://localhost:8080``: what people type (and what
+    ``keelwave serve`` prints without its scheme) works; no trailing slash."""
+    text = text.strip().rstrip("/")
+    return text if "://" in text else f"http://{text}"
+
+
 def resolve(endpoint: str | None = None, api_key: str | None = None) -> Credentials:
     saved = load_saved()
-    resolved_endpoint = (
+    resolved_endpoint = normalize_endpoint(
         endpoint or os.environ.get("KEELWAVE_ENDPOINT") or saved.get("endpoint") or DEFAULT_ENDPOINT
-    ).rstrip("/")
+    )
     if api_key:
         return Credentials(resolved_endpoint, api_key, "flag")
     if os.environ.get("KEELWAVE_API_KEY"):

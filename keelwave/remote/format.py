@@ -1,8 +1,11 @@
-"""Numbers for people: durations, relative times, tokens, money, rates, changes."""
+"""Numbers for people: durations, relative and absolute times, tokens, money, rates,
+changes, counted nouns."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
+from typing import Any
 
 from rich.text import Text
 
@@ -33,6 +36,39 @@ def ago(iso: str | None, now: datetime | None = None) -> str:
         if seconds < limit:
             return f"{int(seconds // size)}{unit} ago"
     return f"{int(seconds // 86400)}d ago"
+
+
+def moment(iso: str | None, now: datetime | None = None) -> str:
+    """``2026-12-01 14:03:07 UTC (8m ago)``: the absolute time, in the zone this terminal
+    is in (``TZ``), named, then how long ago."""
+    if not iso:
+        return "—"
+    local = datetime.fromisoformat(iso).astimezone()
+    return f"{local:%Y-%m-%d %H:%M:%S %Z} ({ago(iso, now)})"
+
+
+def clock(iso: str | None) -> str:
+    """``14:03:07.250``: a time of day to the millisecond, local, for a timeline's rows."""
+    if not iso:
+        return ""
+    return f"{datetime.fromisoformat(iso).astimezone():%H:%M:%S.%f}"[:-3]
+
+
+def plural(count: int, noun: str, nouns: str | None = None) -> str:
+    """``1 run``, ``2 runs``, ``0 runs``; ``nouns`` when the plural is not noun + s."""
+    return f"{count} {noun if count == 1 else nouns or noun + 's'}"
+
+
+def compact_json(value: Any) -> str:
+    """A tool input on one line, as it would be sent: ``{"q": "same"}``; ``—`` for none."""
+    if value is None:
+        return "—"
+    return json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
+
+
+def cut(text: str, limit: int | None) -> str:
+    """``text``, or its first ``limit`` characters and ``…``."""
+    return text if limit is None or len(text) <= limit else text[: limit - 1] + "…"
 
 
 def tokens(count: int | None) -> str:

@@ -150,7 +150,7 @@ def test_a_project_moves_to_another_server_with_identical_loops(servers, tmp_pat
     assert "hunter2" not in exported.read_text()
 
     env = {"KEELWAVE_ENDPOINT": target.url, "KEELWAVE_API_KEY": theirs.keys["all"]}
-    for attempt in (1, 2):  # the second time stores nothing
+    for _attempt in (1, 2):  # the second time stores nothing
         result = keelwave("import", str(exported), env=env)
         assert result.returncode == 0, result.stderr
         assert f"into project {theirs.name}" in result.stdout

@@ -41,14 +41,16 @@ def export(
     project: Annotated[
         str | None,
         typer.Option(
-            "--project", help="The project to export (checked against the key's own).",
+            "--project",
+            help="The project to export (checked against the key's own).",
             show_default=False,
         ),  # fmt: skip
     ] = None,
     since: Annotated[
         str | None,
         typer.Option(
-            "--since", help="Runs that started at or after this time (ISO 8601, or an age: 7d).",
+            "--since",
+            help="Runs that started at or after this time (ISO 8601, or an age: 7d).",
             show_default=False,
         ),  # fmt: skip
     ] = None,
@@ -89,8 +91,7 @@ def export(
             raise typer.Exit(0) from None
     stderr.print(
         f"Exported {_plural(counts['runs'], 'run')}, {_plural(counts['steps'], 'step')} and "
-        f"{_plural(counts['model_calls'], 'model call')}"
-        + (f" to {output}." if output else ".")
+        f"{_plural(counts['model_calls'], 'model call')}" + (f" to {output}." if output else ".")
     )
 
 

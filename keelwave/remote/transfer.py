@@ -4,7 +4,7 @@ an import sent in parts.
 An export can hold millions of steps, so neither side holds it whole: the export
 is copied from the response to a file as it comes, and an import reads its file a
 part at a time (a few thousand lines, a few MiB: below any server's body limit),
-each part committed before the next is sent. Every part can be sent again without
+a few parts in flight, each answered once committed. Every part can be sent again without
 storing anything twice, so an import that failed half-way is simply run again.
 """
 
@@ -15,7 +15,8 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, as_completed, wait
+from dataclasses import dataclass
 from typing import IO, Any
 
 from keelwave.remote.api import Api, ApiError
@@ -23,6 +24,7 @@ from keelwave.remote.api import _message as error_message
 
 PART_LINES = 2000
 PART_BYTES = 4 * 1024 * 1024
+PARALLEL = 4  # parts in flight
 CHUNK = 1 << 16
 
 
@@ -58,28 +60,55 @@ class ImportTotals:
     finished: int = 0
     lines: int = 0
     complete: bool = False  # the export's last line was read
-    parts: list[dict[str, Any]] = field(default_factory=list, repr=False)
 
 
 def import_from(
-    api: Api, lines: Iterable[bytes], progress: Callable[[ImportTotals], None] | None = None
+    api: Api,
+    lines: Iterable[bytes],
+    progress: Callable[[ImportTotals], None] | None = None,
+    parallel: int = PARALLEL,
 ) -> ImportTotals:
-    """Send an export's lines in parts, each committed before the next."""
+    """Send an export's lines in parts, ``parallel`` at a time (the server commits
+    concurrent parts together, as it does concurrent agents' batches), reading the
+    next part only when one is answered: memory holds ``parallel`` parts at most.
+
+    Parts may be stored in any order, as ingest may come in any order: a part's runs
+    and their finishes travel together, and steps and model calls may come before
+    their run. The first part that fails stops the import (ApiError naming its line)."""
     totals = ImportTotals()
     path = f"/v1/projects/{api.project}/import"
-    for first_line, part in _parts(lines):
-        data = b"".join(part)
-        answer = _json(
-            _open(api, "POST", f"{path}?first_line={first_line}", data, "application/x-ndjson")
-        )["data"]
+
+    def send(first_line: int, part: list[bytes]) -> tuple[int, int, dict]:
+        url = f"{path}?first_line={first_line}"
+        answer = _json(_open(api, "POST", url, b"".join(part), "application/x-ndjson"))
+        return first_line, len(part), answer["data"]
+
+    def count(future: Future) -> None:
+        first_line, size, answer = future.result()  # raises the part's ApiError
         totals.runs += answer["runs"]
         totals.steps += answer["steps"]
         totals.model_calls += answer["model_calls"]
         totals.finished += answer["finished"]
         totals.complete = totals.complete or answer["complete"]
-        totals.lines = first_line + len(part) - 1
+        totals.lines = max(totals.lines, first_line + size - 1)
         if progress is not None:
             progress(totals)
+
+    with ThreadPoolExecutor(max_workers=parallel) as pool:
+        pending: set[Future] = set()
+        try:
+            for first_line, part in _parts(lines):
+                if len(pending) >= parallel:
+                    done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                    for future in done:
+                        count(future)
+                pending.add(pool.submit(send, first_line, part))
+            for future in as_completed(pending):
+                count(future)
+        except BaseException:
+            for future in pending:
+                future.cancel()
+            raise
     return totals
 
 

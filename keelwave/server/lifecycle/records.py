@@ -22,12 +22,14 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import re
 import uuid
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
+from msgspec import Meta
 
 from keelwave.server.ingest.redaction import ServerRedaction
 from keelwave.server.store import statements
@@ -132,7 +134,35 @@ class Batch:
         return len(self.runs) + len(self.steps) + len(self.traces)
 
 
-_raw_fields = msgspec.json.Decoder(dict[str, msgspec.Raw])
+_TYPES: dict[str, Any] = {
+    "uuid": uuid.UUID, "timestamptz": Annotated[datetime, Meta(tz=True)], "json": msgspec.Raw,
+    "bytea": bytes, "text[]": list[str], "int4": int, "int8": int, "float8": float,
+    "bool": bool, "text": str,
+}  # fmt: skip
+
+
+def _record_type(kind: str) -> type[msgspec.Struct]:
+    """A Struct with every column of ``kind``, all optional: one decode reads a line (a
+    bytea column is base64 in JSON, which msgspec reads as bytes)."""
+    fields = [
+        (name, _TYPES[sql_type] | None if sql_type != "json" else msgspec.Raw, None)
+        for name, sql_type in COLUMNS[kind]
+    ]
+    return msgspec.defstruct(kind.title().replace("_", ""), fields, tag=kind, tag_field="kind")
+
+
+class _End(msgspec.Struct, tag="end", tag_field="kind"):
+    runs: int
+    steps: int
+    model_calls: int
+
+
+_RECORD_TYPES = {kind: _record_type(kind) for kind in KINDS}
+_line_decoder = msgspec.json.Decoder(
+    _RECORD_TYPES["run"] | _RECORD_TYPES["step"] | _RECORD_TYPES["model_call"] | _End  # type: ignore[operator]
+)
+_header_decoder = msgspec.json.Decoder(dict[str, Any])
+_PATH = re.compile(r" - at `\$\.([A-Za-z_]+)`$")
 
 
 def decode_lines(
@@ -144,36 +174,29 @@ def decode_lines(
     step keeps the fingerprint it was exported with (taken over its input as first
     sent), so the imported runs have the loops the exported ones had."""
     batch = Batch()
+    finish_at = len(COLUMNS["run"]) - len(FINISH_COLUMNS)
     for number, line in enumerate(lines, first_line):
         if not line.strip():
             continue
         try:
-            fields = _raw_fields.decode(line)
+            record = _line_decoder.decode(line)
+        except msgspec.ValidationError as error:
+            if b'"keelwave_export"' in line[:40]:
+                _check_version(line, number)
+                continue
+            raise _bad(number, str(error)) from None
         except msgspec.DecodeError as error:
             raise BadRecord(f"line {number}: not a JSON object ({error})") from None
-        if "keelwave_export" in fields:
-            _check_version(fields, number)
+        if isinstance(record, _End):
+            batch.ended = {"runs": record.runs, "steps": record.steps,
+                           "model_calls": record.model_calls}  # fmt: skip
             continue
-        kind = _plain(fields, "kind", number)
-        if kind == "end":
-            batch.ended = {key: _plain(fields, key, number) for key in ("runs", "steps",
-                                                                         "model_calls")}  # fmt: skip
-            continue
-        if kind not in KINDS:
-            raise BadRecord(
-                f"line {number}: kind must be one of {', '.join(KINDS)} or end, not {kind!r}"
-            )
-        values = _values(kind, fields, number, rules)
+        kind = type(record).__struct_config__.tag
+        values = _values(kind, record, number, rules)
         if kind == "run":
-            run = values[: len(values) - len(FINISH_COLUMNS)]
-            batch.runs.append((project, *run))
-            finish = dict(zip((n for n, _ in FINISH_COLUMNS), values[len(run) :], strict=True))
-            if finish["ended_at"] is not None:
-                if finish["termination_reason"] is None:
-                    raise BadRecord(f"line {number}: termination_reason: needed with ended_at")
-                if finish["output"] is not None:
-                    finish["output"] = bytes(finish["output"]).decode("utf-8", "surrogatepass")
-                batch.finishes.append((run[0], Finish(**finish)))
+            batch.runs.append((project, *values[:finish_at]))
+            if values[finish_at + _ENDED_AT] is not None:
+                batch.finishes.append((values[0], _finish(values[finish_at:], number)))
         elif kind == "step":
             batch.steps.append((project, *values))
         else:
@@ -181,8 +204,39 @@ def decode_lines(
     return batch
 
 
-def _check_version(fields: dict[str, msgspec.Raw], number: int) -> None:
-    version = _plain(fields, "keelwave_export", number)
+_FINISH_NAMES = tuple(name for name, _ in FINISH_COLUMNS)
+_ENDED_AT = _FINISH_NAMES.index("ended_at")
+
+
+def _finish(values: list[Any], number: int) -> Finish:
+    finish = dict(zip(_FINISH_NAMES, values, strict=True))
+    if finish["termination_reason"] is None:
+        raise BadRecord(f"line {number}: termination_reason: needed with ended_at")
+    if finish["output"] is not None:
+        finish["output"] = bytes(finish["output"]).decode("utf-8", "surrogatepass")
+    return Finish(**finish)
+
+
+def _bad(number: int, message: str) -> BadRecord:
+    """msgspec's "Expected `int`, got `str` - at `$.step_index`" as "line 3: step_index:
+    expected `int`, got `str`"."""
+    if match := _PATH.search(message):
+        field, message = match.group(1), message[: match.start()]
+        if field == "kind":
+            return BadRecord(
+                f"line {number}: kind must be one of {', '.join(KINDS)} or end ({message})"
+            )
+        return BadRecord(f"line {number}: {field}: {message[:1].lower()}{message[1:]}")
+    if "missing required field `kind`" in message:
+        return BadRecord(f"line {number}: kind is missing (one of {', '.join(KINDS)} or end)")
+    return BadRecord(f"line {number}: {message}")
+
+
+def _check_version(line: bytes, number: int) -> None:
+    try:
+        version = _header_decoder.decode(line).get("keelwave_export")
+    except msgspec.DecodeError as error:
+        raise BadRecord(f"line {number}: not a JSON object ({error})") from None
     if version != FORMAT_VERSION:
         raise BadRecord(
             f"line {number}: this is export format {version!r}; "
@@ -190,14 +244,7 @@ def _check_version(fields: dict[str, msgspec.Raw], number: int) -> None:
         )
 
 
-def _plain(fields: dict[str, msgspec.Raw], name: str, number: int) -> Any:
-    if name not in fields:
-        raise BadRecord(f"line {number}: {name} is missing")
-    return msgspec.json.decode(fields[name])
-
-
 _TEXT_RULES = {"content", "error", "error_traceback"}  # free text the rules redact as text
-
 
 # What a field left out (or null) means, where the table does not take NULL: what
 # ingest assumes when a client leaves it out.
@@ -207,53 +254,39 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "model_call": {"input_tokens": 0, "output_tokens": 0, "cache_read_tokens": 0,
                    "reasoning_tokens": 0, "status": "ok"},
 }  # fmt: skip
+REQUIRED = {
+    "run": ("id", "agent_name", "started_at"),
+    "step": ("run_id", "step_index", "step_type", "started_at"),
+    "model_call": ("id", "provider", "model", "started_at"),
+}
+# Per kind, the positions (in column order) that need more than the decoded value:
+# JSON payloads and free text to redact, defaults to fill in, fields that must be there.
+_JSON = {kind: [i for i, (_, t) in enumerate(COLUMNS[kind]) if t == "json"] for kind in KINDS}
+_TEXT = {kind: [i for i, (n, _) in enumerate(COLUMNS[kind]) if n in _TEXT_RULES] for kind in KINDS}
+_DEFAULTS = {
+    kind: [(i, DEFAULTS[kind][n]) for i, (n, _) in enumerate(COLUMNS[kind]) if n in DEFAULTS[kind]]
+    for kind in KINDS
+}
+_REQUIRED = {
+    kind: [(i, n) for i, (n, _) in enumerate(COLUMNS[kind]) if n in REQUIRED[kind]]
+    for kind in KINDS
+}
 
 
-def _values(
-    kind: str, fields: dict[str, msgspec.Raw], number: int, rules: ServerRedaction
-) -> list[Any]:
-    values = []
-    defaults = DEFAULTS[kind]
-    for name, sql_type in COLUMNS[kind]:
-        raw = fields.get(name)
-        if raw is None or bytes(raw) == b"null":
-            value = defaults.get(name)
-        else:
-            try:
-                value = _column(sql_type, raw)
-            except (ValueError, TypeError, msgspec.ValidationError) as error:
-                raise BadRecord(f"line {number}: {name}: {error}") from None
-            if sql_type == "json":
-                value = rules.json_payload(value)
-            elif name in _TEXT_RULES:
-                value = rules.text(value)
-        values.append(value)
-    required = {"run": ("id", "agent_name", "started_at"),
-                "step": ("run_id", "step_index", "step_type", "started_at"),
-                "model_call": ("id", "provider", "model", "started_at")}[kind]  # fmt: skip
-    for name in required:
-        if values[[n for n, _ in COLUMNS[kind]].index(name)] is None:
+def _values(kind: str, record: Any, number: int, rules: ServerRedaction) -> list[Any]:
+    values = list(msgspec.structs.astuple(record))  # in column order, decoded
+    for index, name in _REQUIRED[kind]:
+        if values[index] is None:
             raise BadRecord(f"line {number}: {name} is missing")
+    for index in _JSON[kind]:
+        raw = values[index]
+        if raw is not None:
+            raw = bytes(raw)
+            values[index] = None if raw == b"null" else rules.json_payload(raw)
+    for index in _TEXT[kind]:
+        if values[index] is not None:
+            values[index] = rules.text(values[index])
+    for index, default in _DEFAULTS[kind]:
+        if values[index] is None:
+            values[index] = default
     return values
-
-
-_TYPES: dict[str, type] = {"int4": int, "int8": int, "float8": float, "bool": bool, "text": str}
-
-
-def _column(sql_type: str, raw: msgspec.Raw) -> Any:
-    if sql_type == "json":
-        return bytes(raw)  # as exported: the writer stores these bytes
-    if sql_type == "uuid":
-        return uuid.UUID(msgspec.json.decode(raw, type=str))
-    if sql_type == "timestamptz":
-        moment = msgspec.json.decode(raw, type=datetime)
-        if moment.tzinfo is None:
-            raise ValueError("a time needs its offset (exports write one)")
-        return moment
-    if sql_type == "bytea":
-        return base64.b64decode(msgspec.json.decode(raw, type=str), validate=True)
-    if sql_type == "text[]":
-        return msgspec.json.decode(raw, type=list[str])
-    if sql_type in _TYPES:
-        return msgspec.json.decode(raw, type=_TYPES[sql_type])
-    raise TypeError(f"cannot import a column of type {sql_type}")

@@ -183,4 +183,3 @@ def _first_line(request: web.Request) -> int:
     """Line numbers in errors count from ``first_line`` (the CLI sends where its part
     starts in the file), so an error names the line of the file."""
     return params.integer(request, "first_line", 1, 1, 2**53)
-

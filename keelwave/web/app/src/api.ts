@@ -44,10 +44,15 @@ async function call<T>(method: string, url: string, key: string | null, body?: u
   return answer as T;
 }
 
-export async function get<T = any>(path: string, params: Record<string, string | number | boolean | undefined | null> = {}, key = storedKey()): Promise<T> {
+type ParamValue = string | number | boolean | undefined | null;
+
+// A list value repeats the parameter (tag=a&tag=b); empty values are left out.
+export async function get<T = any>(path: string, params: Record<string, ParamValue | ParamValue[]> = {}, key = storedKey()): Promise<T> {
   const query = new URLSearchParams();
-  for (const [name, value] of Object.entries(params)) {
-    if (value !== undefined && value !== null && value !== "" && value !== false) query.set(name, String(value));
+  for (const [name, given] of Object.entries(params)) {
+    for (const value of Array.isArray(given) ? given : [given]) {
+      if (value !== undefined && value !== null && value !== "" && value !== false) query.append(name, String(value));
+    }
   }
   return call<T>("GET", path + (query.toString() ? `?${query}` : ""), key);
 }

@@ -77,3 +77,27 @@ export function span(total: number): string {
 export function number(value: number): string {
   return Number.isInteger(value) ? String(value) : String(Number(value.toFixed(4)));
 }
+
+// "Dec 1, 15:04:03 UTC": short enough for a table cell, still absolute and zoned.
+export function whenShort(iso: string | null | undefined): string {
+  if (!iso) return "—";
+  const parts = Object.fromEntries(new Intl.DateTimeFormat("en-US", {
+    month: "short", day: "numeric", hour: "2-digit", minute: "2-digit", second: "2-digit",
+    hourCycle: "h23", timeZoneName: "short",
+  }).formatToParts(new Date(iso)).map((part) => [part.type, part.value]));
+  return `${parts.month} ${parts.day}, ${parts.hour}:${parts.minute}:${parts.second} ${parts.timeZoneName}`;
+}
+
+// Where on a run's time axis something began: "+0 ms", "+1.2 s".
+export const offset = (ms: number) => `+${duration(Math.max(0, ms))}`;
+
+// A difference with its sign: "+3", "−$0.02", "+1.2 s"; "±0" when there is none.
+export function delta(value: number | null | undefined, unit: "count" | "money" | "ms" = "count"): string {
+  if (value === null || value === undefined) return "—";
+  if (value === 0) return "±0";
+  const sign = value > 0 ? "+" : "−";
+  const size = Math.abs(value);
+  if (unit === "money") return sign + money(size);
+  if (unit === "ms") return sign + duration(size);
+  return sign + (Number.isInteger(size) ? tokens(size) : number(size));
+}

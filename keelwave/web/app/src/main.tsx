@@ -8,6 +8,10 @@ import { Runs } from "./pages/Runs";
 import { RunDetail } from "./pages/RunDetail";
 import { Tools } from "./pages/Tools";
 import { Alerts } from "./pages/Alerts";
+import { Compare } from "./pages/Compare";
+import { Cost } from "./pages/Cost";
+import { NotFound } from "./pages/NotFound";
+import { FULL_ID, RunPrefix } from "./pages/RunPrefix";
 import "./styles.css";
 
 function App() {
@@ -34,11 +38,15 @@ function App() {
   const signOut = () => { storeKey(null); setMe(null); navigate("/"); };
   const pathname = path.split("?")[0];
   let page: React.ReactNode;
-  if (pathname.startsWith("/runs/")) page = <RunDetail me={me} runId={decodeURIComponent(pathname.slice(6))} />;
-  else if (pathname === "/runs") page = <Runs me={me} />;
+  const runId = pathname.startsWith("/runs/") ? decodeURIComponent(pathname.slice(6)).replace(/\/$/, "") : null;
+  if (runId) page = FULL_ID.test(runId) ? <RunDetail key={runId} me={me} runId={runId.toLowerCase()} /> : <RunPrefix me={me} prefix={runId} />;
+  else if (pathname === "/runs" || pathname === "/runs/") page = <Runs me={me} />;
   else if (pathname === "/tools") page = <Tools me={me} />;
+  else if (pathname === "/cost") page = <Cost me={me} />;
+  else if (pathname === "/compare") page = <Compare me={me} />;
   else if (pathname === "/alerts") page = <Alerts me={me} />;
-  else page = <Overview me={me} />;
+  else if (pathname === "/") page = <Overview me={me} />;
+  else page = <NotFound path={pathname} />;
   const tab = (to: string, label: string) => (
     <Link to={to} className={(to === "/" ? pathname === "/" : pathname.startsWith(to)) ? "tab active" : "tab"}>{label}</Link>
   );
@@ -47,7 +55,7 @@ function App() {
     <div className="shell">
       <header className="top">
         <Link to="/" className="brand">keelwave</Link>
-        <nav aria-label="Pages">{tab("/", "Overview")}{tab("/runs", "Runs")}{tab("/tools", "Tools")}{tab("/alerts", "Alerts")}</nav>
+        <nav aria-label="Pages">{tab("/", "Overview")}{tab("/runs", "Runs")}{tab("/tools", "Tools")}{tab("/cost", "Cost")}{tab("/alerts", "Alerts")}</nav>
         <span className="spacer" />
         <span className="muted project">project {me.project}</span>
         <button className="ghost" onClick={signOut}>Sign out</button>

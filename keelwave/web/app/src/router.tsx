@@ -1,8 +1,11 @@
 // A small history router: the app has six pages, which does not need a library.
 import { useEffect, useState } from "react";
 
-export function navigate(to: string): void {
-  history.pushState(null, "", to);
+// `replace`: change the address without a new history entry (search as you type, a
+// run prefix resolved to its id), so Back goes where the user came from.
+export function navigate(to: string, replace = false): void {
+  if (replace) history.replaceState(null, "", to);
+  else history.pushState(null, "", to);
   window.dispatchEvent(new PopStateEvent("popstate"));
 }
 

@@ -127,12 +127,12 @@ function Health(props: { rows: any[] }) {
               <td className="num">{row.runs}</td>
               <td className={row.loop_rate > 0 ? "num bad" : "num"}>{fmt.rate(row.loop_rate)}</td>
               <td className={row.detected_loop_rate > 0 ? "num bad" : "num"}>{fmt.rate(row.detected_loop_rate)}</td>
-              <td className="num">{fmt.rate(row.error_rate)}</td>
+              <td className={row.error_rate > 0 ? "num bad" : "num"}>{fmt.rate(row.error_rate)}</td>
               <td className="num">{row.stalled_runs}</td>
               <td className="num">{fmt.duration(row.p95_duration_ms)}</td>
               <td className="num">{row.avg_steps?.toFixed(1) ?? "—"}</td>
               <td className="num">{fmt.money(row.cost_usd)}</td>
-              <td>{fmt.ago(row.last_run_at)}</td>
+              <td title={fmt.when(row.last_run_at)}>{fmt.ago(row.last_run_at)}</td>
             </tr>
           ))}
         </tbody>

@@ -1,51 +1,82 @@
-import { useEffect, useState } from "react";
-import { Me, agentPath, alertsPath, get } from "../api";
+import { useEffect, useRef, useState } from "react";
+import { Me, agentPath, alertsPath } from "../api";
 import { useApi } from "../useApi";
 import * as fmt from "../format";
-import { Band, Step, bandLabel, findingsOf, fold, isLoopBand, markText, nameOf } from "../timeline";
-import { Link } from "../router";
+import { Link, navigate } from "../router";
 import { Loading, LoopBadge, Problem, Status } from "../components/bits";
 import { AlertEvent, Bell, DeliveryCell, EventState, EventValue, When } from "../components/alerts";
+import { AxisScale, Legend, Waterfall } from "../components/Waterfall";
+import { Inspector, Traceback } from "../components/Inspector";
 import { Finding, LABELS, SYMBOLS, beganAt, isLoopKind, kinds, loops, who } from "../verdict";
+import { Item, Selection, StepItem, axisOf, failingStep, loadTimeline, rowsOf, stepKey } from "../waterfall";
+
+const LIVE_MS = 3000;  // how often a running run is read again
 
 export function RunDetail(props: { me: Me; runId: string }) {
-  const run = useApi<any>(agentPath(props.me, `/runs/${props.runId}`), {});
-  const calls = useApi<any>(agentPath(props.me, `/runs/${props.runId}/llm`), {});
-  const found = useApi<{ data: Finding[] }>(agentPath(props.me, `/runs/${props.runId}/findings`), {});
+  const [running, setRunning] = useState(false);
+  const run = useApi<any>(agentPath(props.me, `/runs/${props.runId}`), {}, running ? LIVE_MS : undefined);
+  const found = useApi<{ data: Finding[] }>(agentPath(props.me, `/runs/${props.runId}/findings`), {}, running ? LIVE_MS : undefined);
   const findings: Finding[] = found.data?.data ?? [];
   // The alerts this run fired; looked at again every few seconds while the page is open.
   const alerts = useApi<{ data: AlertEvent[] }>(alertsPath(props.me, "/events"), { run_id: props.runId }, 5000);
   const fired: AlertEvent[] = alerts.data?.data ?? [];
-  const [steps, setSteps] = useState<Step[] | null>(null);
-  const [stepsError, setStepsError] = useState<string | null>(null);
-  const [selected, setSelected] = useState<Step | null>(null);
+  const [items, setItems] = useState<Item[] | null>(null);
+  const [itemsError, setItemsError] = useState<string | null>(null);
+  const [selected, setSelected] = useState<Selection | null>(null);
+  const [now, setNow] = useState(Date.now());
+  const opened = useRef<string | null>(null);  // the run whose failing step was selected on opening
+  const r = run.data?.data;
+  const childRuns: string[] = r?.child_runs ?? [];
 
+  useEffect(() => { setItems(null); setSelected(null); setItemsError(null); opened.current = null; }, [props.runId]);
+  useEffect(() => { if (r) setRunning(r.status === "running"); }, [r?.status]);
+
+  // The timeline, once the run is known; again and again while it runs, so it grows.
   useEffect(() => {
+    if (!r) return;
     let cancelled = false;
-    setSteps(null);
-    setSelected(null);
-    (async () => {
-      const all: Step[] = [];
-      let cursor: string | undefined;
-      do {
-        const page = await get<any>(agentPath(props.me, `/runs/${props.runId}/steps`), { limit: 5000, cursor });
-        all.push(...page.data);
-        cursor = page.next_cursor ?? undefined;
-      } while (cursor);
-      if (!cancelled) setSteps(all);
-    })().catch((error: Error) => !cancelled && setStepsError(error.message));
-    return () => { cancelled = true; };
-  }, [props.runId, props.me]);
+    const load = () => loadTimeline(props.me, props.runId, childRuns)
+      .then((loaded) => { if (!cancelled) { setItems(loaded); setItemsError(null); setNow(Date.now()); } })
+      .catch((error: Error) => !cancelled && setItemsError(error.message));
+    load();
+    const timer = running ? setInterval(load, LIVE_MS) : undefined;
+    return () => { cancelled = true; if (timer) clearInterval(timer); };
+    // eslint-disable-next-line react-hooks/exhaustive-deps
+  }, [props.runId, props.me, !!r, running, childRuns.join(",")]);
+
+  // A running run's elapsed time ticks every second.
+  useEffect(() => {
+    if (!running) return;
+    const timer = setInterval(() => setNow(Date.now()), 1000);
+    return () => clearInterval(timer);
+  }, [running]);
+
+  // A failed run opens on its failing step, with its traceback in the inspector.
+  useEffect(() => {
+    if (!r || !items || opened.current === props.runId) return;
+    opened.current = props.runId;
+    const failing = (r.termination_reason === "error" || r.error) ? failingStep(items) : null;
+    if (failing) {
+      setSelected({ kind: "step", step: failing, key: stepKey(props.runId, failing) });
+      requestAnimationFrame(() => document.querySelector(".timeline .step.selected")?.scrollIntoView({ block: "nearest" }));
+    }
+  }, [items, r, props.runId]);
 
   if (run.error) return <Problem message={run.error} />;
-  if (!run.data) return <Loading />;
-  const r = run.data.data;
+  if (!r) return <Loading />;
+  const rows = items ? rowsOf(items, findings, now) : [];
+  const axis = axisOf(r, rows, now);
+  const selectStep = (index: number) => {
+    const step = items?.find((item): item is StepItem => item.kind === "step" && item.step_index === index);
+    if (step) setSelected({ kind: "step", step, key: stepKey(props.runId, step) });
+  };
   return (
     <section>
       <p><Link to="/runs">← Runs</Link></p>
       <div className="heading">
         <h1>{r.agent_name} <LoopBadge run={r} /></h1>
         <span className="mono muted">{r.id}</span>
+        <CompareWith me={props.me} run={r} />
       </div>
       <dl className="facts">
         <div><dt>status</dt><dd><Status run={r} /></dd></div>
@@ -53,19 +84,22 @@ export function RunDetail(props: { me: Me; runId: string }) {
         <div><dt>loop began at</dt><dd className={loops(r) ? "bad" : ""}><LoopBegan run={r} /></dd></div>
         <div><dt>findings</dt><dd>{kinds(r).length ? kinds(r).map((kind, n) => (
           <span key={kind} className={isLoopKind(kind) ? "bad" : "warn"}>{n ? ", " : ""}{LABELS[kind]}</span>)) : "none"}</dd></div>
-        <div><dt>duration</dt><dd>{fmt.duration(r.duration_ms)}</dd></div>
+        <div><dt>started</dt><dd><time dateTime={r.started_at}>{fmt.when(r.started_at)}</time> <span className="muted small">{fmt.ago(r.started_at)}</span></dd></div>
+        <div><dt>ended</dt><dd>{r.ended_at ? <time dateTime={r.ended_at}>{fmt.when(r.ended_at)}</time> : <span className="muted">not yet</span>}</dd></div>
+        <div><dt>duration</dt><dd>{r.ended_at ? fmt.duration(r.duration_ms) : <span className="running-for">{r.status} for {fmt.duration(now - new Date(r.started_at).getTime())}</span>}</dd></div>
         <div><dt>steps</dt><dd>{r.step_count}</dd></div>
         <div><dt>tokens</dt><dd>{fmt.tokens(r.input_tokens)} in · {fmt.tokens(r.output_tokens)} out</dd></div>
-        <div><dt>cost</dt><dd>{fmt.money(r.cost_usd)}</dd></div>
-        <div><dt>started</dt><dd title={r.started_at}>{fmt.ago(r.started_at)}</dd></div>
+        <div><dt>cost</dt><dd>{fmt.money(r.cost_usd)} <span className="muted small">{r.llm_calls} {r.llm_calls === 1 ? "model call" : "model calls"}</span></dd></div>
         <div><dt>alerts</dt><dd>{alerts.error ? <span className="muted" title={alerts.error}>—</span> : !alerts.data ? "…" : fired.length ? (
           <Link to={`/alerts?run_id=${r.id}`} className="fired"><Bell title="this run fired an alert" /> {fired.length} fired</Link>) : "none"}</dd></div>
+        <div><dt>tags</dt><dd>{r.tags?.length ? r.tags.map((tag: string) => (
+          <Link key={tag} to={`/runs?tag=${encodeURIComponent(tag)}`} className="chip">{tag}</Link>)) : <span className="muted">none</span>}</dd></div>
       </dl>
-      {r.error && <p className="error">{r.error}</p>}
-      {(r.parent_run_id || r.child_runs.length > 0) && (
+      {r.error && <div className="run-error"><p className="error">{r.error}</p><Traceback text={r.error_traceback} open={false} /></div>}
+      {(r.parent_run_id || childRuns.length > 0) && (
         <p className="related">
           {r.parent_run_id && <>Parent: <Link to={`/runs/${r.parent_run_id}`} className="mono">{fmt.shortId(r.parent_run_id)}</Link> </>}
-          {r.child_runs.length > 0 && <>Children: {r.child_runs.map((child: string) => (
+          {childRuns.length > 0 && <>Children: {childRuns.map((child: string) => (
             <Link key={child} to={`/runs/${child}`} className="mono child">{fmt.shortId(child)}</Link>))}</>}
         </p>
       )}
@@ -80,37 +114,58 @@ export function RunDetail(props: { me: Me; runId: string }) {
         </section>
       )}
       <div className="split">
-        <div>
-          <h2>Timeline</h2>
-          {stepsError ? <Problem message={stepsError} /> : !steps || !found.data ? <Loading /> : !steps.length ? <p className="muted">No steps recorded.</p> :
+        <div className="wf">
+          <h2>Timeline <span className="muted small">steps, model calls and child runs on one time axis</span></h2>
+          {itemsError ? <Problem message={itemsError} /> : !items || !found.data ? <Loading /> : !items.length ?
+            <p className="muted">No steps recorded{running ? " yet: this run is still going, and its steps appear here as they arrive" : ""}.</p> :
             <>
-              <ol className="timeline">{fold(steps, findings).map((band) => (
-                <BandRow key={band.steps[0].step_index} band={band} selected={selected} onSelect={setSelected} />))}</ol>
+              <AxisScale axis={axis} />
+              <Waterfall me={props.me} runId={props.runId} items={items} findings={findings} axis={axis} now={now}
+                selected={selected?.key ?? null} onSelect={setSelected} />
               <Legend />
             </>}
         </div>
         <aside className="inspector" aria-label="Step inspector">
-          <h2>Step</h2>
-          {selected ? <Inspector step={selected} findings={findings} /> : <p className="muted">Select a step to see its input and output.</p>}
+          <h2>{selected?.kind === "call" ? "Model call" : "Step"}</h2>
+          <Inspector selection={selected} findings={findings} runStart={axis.start} onStep={selectStep} />
         </aside>
       </div>
-      <h2>Model calls</h2>
-      {calls.error ? <Problem message={calls.error} /> : !calls.data ? <Loading /> : !calls.data.data.length ? <p className="muted">No model calls.</p> : (
-        <div className="scroll">
-          <table>
-            <thead><tr><th className="num">step</th><th>provider</th><th>model</th><th className="num">in</th><th className="num">out</th><th className="num">cached</th><th className="num">latency</th><th className="num">cost</th><th>status</th></tr></thead>
-            <tbody>{calls.data.data.map((call: any) => (
-              <tr key={call.id}>
-                <td className="num">{call.step_index ?? "—"}</td><td>{call.provider}</td><td>{call.model}</td>
-                <td className="num">{fmt.tokens(call.input_tokens)}</td><td className="num">{fmt.tokens(call.output_tokens)}</td>
-                <td className="num">{fmt.tokens(call.cache_read_tokens)}</td><td className="num">{fmt.duration(call.latency_ms)}</td>
-                <td className="num">{fmt.money(call.cost_usd)}</td>
-                <td className={call.status === "error" ? "bad" : ""} title={call.error ?? ""}>{call.status}</td>
-              </tr>))}</tbody>
-          </table>
-        </div>
-      )}
+      <RunData run={r} />
     </section>
+  );
+}
+
+// What the run was given, what it returned, and what it was labelled with.
+function RunData(props: { run: any }) {
+  const parts: [string, unknown][] = [["input", props.run.input], ["output", props.run.output], ["metadata", props.run.metadata]];
+  return (
+    <section aria-label="Run data" className="run-data">
+      <h2>Input, output and metadata</h2>
+      <div className="columns three">
+        {parts.map(([name, value]) => (
+          <div key={name}>
+            <h3>{name}</h3>
+            {value === null || value === undefined ? <p className="muted small">none recorded</p> :
+              <pre className="json" aria-label={`run ${name}`}>{JSON.stringify(value, null, 2)}</pre>}
+          </div>
+        ))}
+      </div>
+    </section>
+  );
+}
+
+// "Compare with…": another recent run of the same agent.
+function CompareWith(props: { me: Me; run: any }) {
+  const others = useApi<any>(agentPath(props.me, "/runs"), { agent_name: props.run.agent_name, limit: 20 });
+  const choices = (others.data?.data ?? []).filter((other: any) => other.id !== props.run.id);
+  if (!choices.length) return null;
+  return (
+    <select aria-label="Compare with" value="" onChange={(event) => event.target.value && navigate(`/compare?a=${props.run.id}&b=${event.target.value}`)}>
+      <option value="">Compare with…</option>
+      {choices.map((other: any) => (
+        <option key={other.id} value={other.id}>{fmt.shortId(other.id)} · {fmt.whenShort(other.started_at)} · {other.termination_reason ?? other.status}</option>
+      ))}
+    </select>
   );
 }
 
@@ -153,92 +208,5 @@ function Findings(props: { findings: Finding[] }) {
         );
       })}
     </ul>
-  );
-}
-
-function Legend() {
-  return (
-    <p className="legend" aria-label="Timeline legend">
-      <span className="key loops" /> a loop: the same call repeated, or a cycle of calls
-      <span className="key warn" /> a warning, not a loop: ≈ near-duplicate calls, ∅ no progress
-    </p>
-  );
-}
-
-function Marks(props: { band: Band }) {
-  return <>{props.band.marks.map((mark) => (
-    <span key={mark.finding.kind + mark.finding.began_at_step} className="mark" title={mark.finding.detail}>
-      {SYMBOLS[mark.finding.kind]} {markText(mark)}
-    </span>))}</>;
-}
-
-function Why(props: { band: Band }) {
-  const first = props.band.marks.filter((mark) => mark.first);
-  return <>{first.map((mark) => (
-    <p key={mark.finding.kind + mark.finding.began_at_step} className="why">{SYMBOLS[mark.finding.kind]} {mark.finding.detail}</p>))}</>;
-}
-
-function BandRow(props: { band: Band; selected: Step | null; onSelect: (step: Step) => void }) {
-  const [open, setOpen] = useState(false);
-  const { band } = props;
-  const first = band.steps[0], last = band.steps.at(-1)!;
-  const errors = band.steps.filter((step) => step.error).length;
-  const warned = band.marks.length ? "warned" : "";
-  if (!isLoopBand(band)) {
-    return (
-      <li>
-        <button className={`step ${first.in_loop ? "repeat" : ""} ${warned} ${props.selected === first ? "selected" : ""}`} onClick={() => props.onSelect(first)}>
-          <span className="idx">{first.step_index}</span>
-          <span className="name">{bandLabel(band)}</span>
-          {first.in_loop && <span className="hits" title="this input repeats elsewhere in the run">↻ ×{first.loop_hits}</span>}
-          <Marks band={band} />
-          {errors > 0 && <span className="bad">error</span>}
-          <span className="muted dur">{fmt.duration(first.duration_ms)}</span>
-        </button>
-        <Why band={band} />
-      </li>
-    );
-  }
-  return (
-    <li className={band.cycle ? "band cycle" : "band"}>
-      <button className="step looping" aria-expanded={open} onClick={() => setOpen(!open)} title={band.cycle?.detail}>
-        <span className="idx">{first.step_index}–{last.step_index}</span>
-        <span className="name">{bandLabel(band)}</span>
-        <span className="hits">{band.cycle ? "cycle, " : ""}steps {first.step_index}–{last.step_index}</span>
-        <Marks band={band} />
-        {errors > 0 && <span className="bad">{errors} errors</span>}
-        <span className="muted dur">{open ? "▾" : "▸"}</span>
-      </button>
-      <Why band={band} />
-      {open && (
-        <ol>{band.steps.map((step) => (
-          <li key={step.step_index}>
-            <button className={`step repeat ${props.selected === step ? "selected" : ""}`} onClick={() => props.onSelect(step)}>
-              <span className="idx">{step.step_index}</span>
-              <span className="name">{nameOf(step)}</span>
-              <span className="muted dur">{fmt.duration(step.duration_ms)}</span>
-            </button>
-          </li>))}</ol>
-      )}
-    </li>
-  );
-}
-
-function Inspector(props: { step: Step; findings: Finding[] }) {
-  const { step } = props;
-  return (
-    <div>
-      <p><strong>step {step.step_index}</strong> · {step.step_type} · {fmt.duration(step.duration_ms)}</p>
-      {step.in_loop && <p className="bad">Same tool, same input: {step.loop_hits} times in this run.</p>}
-      {findingsOf(step, props.findings).filter((finding) => finding.kind !== "exact_loop").map((finding) => (
-        <p key={finding.kind + finding.began_at_step} className={isLoopKind(finding.kind) ? "bad" : "warn"}>
-          {LABELS[finding.kind]}: {finding.detail}.
-        </p>))}
-      {step.error && <pre className="error">{step.error}</pre>}
-      {step.tool_input !== null && step.tool_input !== undefined && <><h3>input</h3><pre className="json">{JSON.stringify(step.tool_input, null, 2)}</pre></>}
-      {step.tool_output !== null && step.tool_output !== undefined && <><h3>output</h3><pre className="json">{JSON.stringify(step.tool_output, null, 2)}</pre></>}
-      {step.content && <><h3>content</h3><pre>{step.content}</pre></>}
-      {step.fingerprint && <p className="muted small mono">fingerprint {step.fingerprint}</p>}
-    </div>
   );
 }

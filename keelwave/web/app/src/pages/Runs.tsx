@@ -3,9 +3,10 @@ import { Me, agentPath, alertsPath, get } from "../api";
 import { useApi } from "../useApi";
 import * as fmt from "../format";
 import { Link, navigate, usePath } from "../router";
-import { Loading, LoopBadge, Problem, Status, WarningBadges } from "../components/bits";
-import { KINDS, LABELS, loopRate, loops, source } from "../verdict";
+import { Loading, Problem } from "../components/bits";
+import { KINDS, LABELS, loopRate } from "../verdict";
 import { AlertEvent, Bell } from "../components/alerts";
+import { RunRow } from "../components/RunRows";
 
 const REASONS = ["clean", "max_steps_reached", "context_limit", "error", "loop_detected", "timeout"];
 // The loop filter: which account of looping a run must have (the API's three parameters).
@@ -17,27 +18,50 @@ const LOOP_CHOICES: [string, string, string, string][] = [
   ["none", "no loop", "loop", "false"],
 ];
 const LOOP_PARAMS = ["loop", "loop_detected", "detected_loop"];
+const SINGLE = ["agent_name", ...LOOP_PARAMS, "finding", "status", "termination_reason", "q", "since", "until", "tool"];
+const REPEATED = ["tag", "metadata"];
+const SEARCH_DELAY_MS = 300;  // search applies this long after the last key
+
+// The sortable columns: the API's sort key, and which way a first click sorts.
+const SORTS: Record<string, [string, "asc" | "desc"]> = {
+  agent: ["agent_name", "asc"], started: ["started_at", "desc"], duration: ["duration_ms", "desc"],
+  steps: ["step_count", "desc"], tokens: ["tokens", "desc"], cost: ["cost_usd", "desc"],
+};
 
 export function Runs(props: { me: Me }) {
   const path = usePath();
   const query = new URLSearchParams(path.split("?")[1] ?? "");
-  const filters = {
-    agent_name: query.get("agent_name") ?? "",
-    loop: query.get("loop") ?? "",
-    loop_detected: query.get("loop_detected") ?? "",
-    detected_loop: query.get("detected_loop") ?? "",
-    finding: query.get("finding") ?? "",
-    status: query.get("status") ?? "",
-    termination_reason: query.get("termination_reason") ?? "",
-    q: query.get("q") ?? "",
-  };
+  const filters: Record<string, string | string[]> = {};
+  for (const name of SINGLE) filters[name] = query.get(name) ?? "";
+  for (const name of REPEATED) filters[name] = query.getAll(name);
+  const filtered = SINGLE.some((name) => filters[name]) || REPEATED.some((name) => filters[name].length);
+  const sort = query.get("sort") ?? "started_at";
+  const order = query.get("order") ?? "desc";
   const [cursors, setCursors] = useState<string[]>([]);  // the pages walked so far
   const cursor = cursors.at(-1);
-  const [search, setSearch] = useState(filters.q);
-  useEffect(() => { setCursors([]); setSearch(filters.q); }, [path]);  // new filters: first page
+  const [search, setSearch] = useState(filters.q as string);
+  const [picked, setPicked] = useState<string[]>([]);
+  useEffect(() => { setCursors([]); }, [path]);  // new filters: first page
 
-  // Only the first page refreshes by itself: new runs appear at its top.
-  const runs = useApi<any>(agentPath(props.me, "/runs"), { ...filters, limit: 50, cursor }, cursor ? undefined : 3000);
+  const go = (next: URLSearchParams, replace = false) => navigate(`/runs${next.toString() ? `?${next}` : ""}`, replace);
+  const setFilter = (name: string, value: string, replace = false) => {
+    const next = new URLSearchParams(query);
+    if (value) next.set(name, value); else next.delete(name);
+    go(next, replace);
+  };
+  // Search as you type: applied once typing pauses, without a history entry per key.
+  useEffect(() => {
+    if (search.trim() === (filters.q as string)) return;
+    const timer = setTimeout(() => setFilter("q", search.trim(), true), SEARCH_DELAY_MS);
+    return () => clearTimeout(timer);
+    // eslint-disable-next-line react-hooks/exhaustive-deps
+  }, [search]);
+  useEffect(() => { if (document.activeElement?.id !== "run-search") setSearch(filters.q as string); }, [filters.q]);
+
+  // Without filters, runs are grouped: top-level runs, their children under them.
+  const grouped = !filtered;
+  const runs = useApi<any>(agentPath(props.me, "/runs"),
+    { ...filters, sort, order, root: grouped, limit: 50, cursor }, cursor ? undefined : 3000);
   const [agents, setAgents] = useState<string[]>([]);
   useEffect(() => {
     get<any>(agentPath(props.me, "/health"), { window: "30d" })
@@ -45,18 +69,38 @@ export function Runs(props: { me: Me }) {
       .catch(() => setAgents([]));
   }, [props.me]);
 
-  const setFilter = (name: string, value: string) => {
-    const next = new URLSearchParams(query);
-    if (value) next.set(name, value); else next.delete(name);
-    navigate(`/runs${next.toString() ? `?${next}` : ""}`);
-  };
   const setLoopFilter = (choice: string) => {
     const next = new URLSearchParams(query);
     for (const name of LOOP_PARAMS) next.delete(name);
     const [, , name, value] = LOOP_CHOICES.find(([key]) => key === choice)!;
     if (name) next.set(name, value);
-    navigate(`/runs${next.toString() ? `?${next}` : ""}`);
+    go(next);
   };
+  const addValue = (name: string, value: string) => {
+    const next = new URLSearchParams(query);
+    if (!next.getAll(name).includes(value)) next.append(name, value);
+    go(next);
+  };
+  const removeValue = (name: string, value: string) => {
+    const next = new URLSearchParams();
+    for (const [key, given] of query) if (!(key === name && given === value)) next.append(key, given);
+    go(next);
+  };
+  const sortBy = (column: string) => {
+    const [key, first] = SORTS[column];
+    const next = new URLSearchParams(query);
+    next.set("sort", key);
+    next.set("order", sort === key ? (order === "desc" ? "asc" : "desc") : first);
+    go(next);
+  };
+  const clear = () => {
+    const next = new URLSearchParams();
+    if (query.get("sort")) { next.set("sort", sort); next.set("order", order); }
+    setSearch("");
+    go(next);
+  };
+  const pick = (id: string) => setPicked((now) => now.includes(id) ? now.filter((x) => x !== id) : [...now, id].slice(-2));
+
   const loopChoice = LOOP_CHOICES.find(([key, , name, value]) => key && query.get(name) === value)?.[0] ?? "";
   const data: any[] = runs.data?.data ?? [];
   // Which runs fired an alert: one request for the latest 500 events, not one per row.
@@ -69,6 +113,17 @@ export function Runs(props: { me: Me }) {
     fired.set(event.run_id, names);
   }
   const rate = loopRate(data);
+  const header = (column: string, label: string, numeric = false) => {
+    const [key] = SORTS[column];
+    const active = sort === key;
+    return (
+      <th className={numeric ? "num" : undefined} aria-sort={active ? (order === "asc" ? "ascending" : "descending") : "none"}>
+        <button className={active ? "sort on" : "sort"} onClick={() => sortBy(column)} title={`sort by ${label}`}>
+          {label}{active ? (order === "asc" ? " ▲" : " ▼") : ""}
+        </button>
+      </th>
+    );
+  };
 
   return (
     <section>
@@ -76,62 +131,133 @@ export function Runs(props: { me: Me }) {
         <h1>Runs</h1>
         <span className="muted" title="Runs the agent reported looping or the server found looping">{data.length} shown · loop rate <strong className={rate ? "bad" : ""}>{fmt.rate(rate)}</strong></span>
       </div>
-      <form className="filters" onSubmit={(event) => { event.preventDefault(); setFilter("q", search.trim()); }}>
-        <input aria-label="Search by run id or agent" placeholder="run id or agent…" value={search} onChange={(event) => setSearch(event.target.value)} />
-        <select aria-label="Agent" value={filters.agent_name} onChange={(event) => setFilter("agent_name", event.target.value)}>
+      <div className="filters">
+        <input id="run-search" aria-label="Search by run id or agent" placeholder="run id prefix or agent…" value={search}
+          aria-describedby="search-hint" onChange={(event) => setSearch(event.target.value)} />
+        <select aria-label="Agent" value={filters.agent_name as string} onChange={(event) => setFilter("agent_name", event.target.value)}>
           <option value="">all agents</option>
           {agents.map((agent) => <option key={agent} value={agent}>{agent}</option>)}
         </select>
-        <select aria-label="Status" value={filters.status} onChange={(event) => setFilter("status", event.target.value)}>
+        <select aria-label="Status" value={filters.status as string} onChange={(event) => setFilter("status", event.target.value)}>
           <option value="">any status</option>
           {["running", "stalled", "finished"].map((s) => <option key={s} value={s}>{s}</option>)}
         </select>
-        <select aria-label="Termination reason" value={filters.termination_reason} onChange={(event) => setFilter("termination_reason", event.target.value)}>
+        <select aria-label="Termination reason" value={filters.termination_reason as string} onChange={(event) => setFilter("termination_reason", event.target.value)}>
           <option value="">any ending</option>
           {REASONS.map((r) => <option key={r} value={r}>{r}</option>)}
         </select>
         <select aria-label="Loops" value={loopChoice} onChange={(event) => setLoopFilter(event.target.value)}>
           {LOOP_CHOICES.map(([key, label]) => <option key={key} value={key}>{label}</option>)}
         </select>
-        <select aria-label="Finding" value={filters.finding} onChange={(event) => setFilter("finding", event.target.value)}>
+        <select aria-label="Finding" value={filters.finding as string} onChange={(event) => setFilter("finding", event.target.value)}>
           <option value="">any finding</option>
           {KINDS.map((kind) => <option key={kind} value={kind}>{LABELS[kind]}</option>)}
         </select>
-      </form>
+      </div>
+      <div className="filters">
+        <DateInput label="From" value={filters.since as string} onChange={(value) => setFilter("since", value)} />
+        <DateInput label="To" value={filters.until as string} onChange={(value) => setFilter("until", value)} />
+        <AddInput label="Tag" placeholder="tag, then Enter" onAdd={(value) => { addValue("tag", value); return null; }} />
+        <AddInput label="Metadata" placeholder="key=value, then Enter" onAdd={(value) => {
+          if (!/^[^=]+=/.test(value)) return "write it as key=value";
+          addValue("metadata", value);
+          return null;
+        }} />
+      </div>
+      <p id="search-hint" className="muted small hint">
+        The search matches the start of a run id or part of an agent name, as you type.
+        {grouped ? " Child runs are grouped under their parent (▸)." : " Child runs are marked ↳."}
+      </p>
+      {filtered && (
+        <div className="chips" aria-label="Active filters">
+          {(filters.tag as string[]).map((tag) => <Chip key={`t${tag}`} label={`tag: ${tag}`} onRemove={() => removeValue("tag", tag)} />)}
+          {(filters.metadata as string[]).map((pair) => <Chip key={`m${pair}`} label={`metadata: ${pair}`} onRemove={() => removeValue("metadata", pair)} />)}
+          {filters.tool && <Chip label={`tool: ${filters.tool}`} onRemove={() => setFilter("tool", "")} />}
+          <button className="ghost small" onClick={clear}>Clear filters</button>
+        </div>
+      )}
+      {picked.length > 0 && (
+        <div className="compare-bar" role="group" aria-label="Compare runs">
+          <span>{picked.length === 1 ? "Pick one more run to compare with " : "Compare "}{picked.map(fmt.shortId).join(" and ")}</span>
+          <button disabled={picked.length < 2} onClick={() => navigate(`/compare?a=${picked[0]}&b=${picked[1]}`)}>Compare</button>
+          <button className="ghost small" onClick={() => setPicked([])}>Clear</button>
+        </div>
+      )}
       {runs.error ? <Problem message={runs.error} /> : !runs.data ? <Loading /> : !data.length ? (
-        <p className="muted pad">No runs match. Send some with <code>keelwave demo</code>.</p>
+        filtered || cursor ? (
+          <p className="muted pad empty">No run matches these filters. <button className="ghost small" onClick={clear}>Clear filters</button></p>
+        ) : <p className="muted pad empty">No runs yet. Send some with <code>keelwave demo</code>, or point an agent's SDK at this server.</p>
       ) : (
         <div className="scroll">
           <table className="runs">
-            <thead><tr><th>run</th><th>agent</th><th>started</th><th className="num">duration</th><th className="num">steps</th><th>status</th><th></th><th className="num">tokens</th><th className="num">cost</th></tr></thead>
+            <thead><tr>
+              <th className="pick"><span className="sr-only">compare</span></th><th>run</th>{header("agent", "agent")}{header("started", "started")}
+              {header("duration", "duration", true)}{header("steps", "steps", true)}<th>status</th><th></th>
+              {header("tokens", "tokens", true)}{header("cost", "cost", true)}<th>tags</th>
+            </tr></thead>
             <tbody>
-              {data.map((run) => (
-                <tr key={run.id} className={loops(run) ? `looping ${source(run)}` : ""}>
-                  <td><Link to={`/runs/${run.id}`} className="mono">{fmt.shortId(run.id)}</Link></td>
-                  <td>{run.agent_name}</td>
-                  <td title={run.started_at}>{fmt.ago(run.started_at)}</td>
-                  <td className="num">{fmt.duration(run.duration_ms)}</td>
-                  <td className="num">{run.step_count}</td>
-                  <td><Status run={run} /></td>
-                  <td><div className="verdicts"><LoopBadge run={run} /><WarningBadges run={run} />{fired.has(run.id) && <Bell title={`fired an alert: ${fired.get(run.id)!.join(", ")}`} />}</div></td>
-                  <td className="num">{fmt.tokens(run.input_tokens + run.output_tokens)}</td>
-                  <td className="num">{fmt.money(run.cost_usd)}</td>
-                </tr>
-              ))}
+              {data.map((run) => <RunRow key={run.id} me={props.me} run={run} fired={fired} picked={picked} onPick={pick} grouped={grouped} />)}
             </tbody>
           </table>
           <p className="legend" aria-label="Legend">
             <span className="badge loop">LOOP</span> the run loops — <em>agent</em>: the agent reported it · <em>server</em>: the
             server found it in the run's steps · <em>agent + server</em>: both. Red is a loop; <span className="warn">amber a
             warning that is not one</span> (≈ near-duplicate calls, ∅ no progress). <Bell title="fired an alert" /> the run fired
-            an alert (<Link to="/alerts">Alerts</Link>).
+            an alert (<Link to="/alerts">Alerts</Link>). Tick two runs to compare them.
           </p>
         </div>
       )}
       <div className="pager">
-        <button className="ghost" disabled={!cursors.length} onClick={() => setCursors(cursors.slice(0, -1))}>← Newer</button>
-        <button className="ghost" disabled={!runs.data?.next_cursor} onClick={() => setCursors([...cursors, runs.data.next_cursor])}>Older →</button>
+        <button className="ghost" disabled={!cursors.length} onClick={() => setCursors(cursors.slice(0, -1))}>← Back</button>
+        <button className="ghost" disabled={!runs.data?.next_cursor} onClick={() => setCursors([...cursors, runs.data.next_cursor])}>More →</button>
       </div>
     </section>
   );
+}
+
+function Chip(props: { label: string; onRemove: () => void }) {
+  return (
+    <span className="chip">
+      {props.label} <button className="chip-x" aria-label={`remove ${props.label}`} onClick={props.onRemove}>×</button>
+    </span>
+  );
+}
+
+// A text box whose value is added as a filter on Enter; onAdd returns a complaint or null.
+function AddInput(props: { label: string; placeholder: string; onAdd: (value: string) => string | null }) {
+  const [value, setValue] = useState("");
+  const [problem, setProblem] = useState<string | null>(null);
+  return (
+    <span className="add-input">
+      <input aria-label={props.label} placeholder={props.placeholder} value={value} aria-invalid={!!problem}
+        className={problem ? "invalid" : undefined}
+        onChange={(event) => { setValue(event.target.value); setProblem(null); }}
+        onKeyDown={(event) => {
+          if (event.key !== "Enter" || !value.trim()) return;
+          const complaint = props.onAdd(value.trim());
+          setProblem(complaint);
+          if (!complaint) setValue("");
+        }} />
+      {problem && <span className="error small" role="alert">{props.label}: {problem}</span>}
+    </span>
+  );
+}
+
+// A moment in the browser's time zone; the URL keeps it as ISO 8601 (UTC).
+function DateInput(props: { label: string; value: string; onChange: (iso: string) => void }) {
+  const local = props.value ? toLocalInput(props.value) : "";
+  return (
+    <label className="date-input">
+      <span className="muted small">{props.label.toLowerCase()}</span>
+      <input type="datetime-local" aria-label={props.label} value={local}
+        onChange={(event) => props.onChange(event.target.value ? new Date(event.target.value).toISOString() : "")} />
+    </label>
+  );
+}
+
+function toLocalInput(iso: string): string {
+  const date = new Date(iso);
+  if (Number.isNaN(date.getTime())) return "";
+  const pad = (n: number) => String(n).padStart(2, "0");
+  return `${date.getFullYear()}-${pad(date.getMonth() + 1)}-${pad(date.getDate())}T${pad(date.getHours())}:${pad(date.getMinutes())}`;
 }

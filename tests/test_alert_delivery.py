@@ -317,6 +317,24 @@ async def test_a_hanging_receiver_times_out_and_holds_up_nobody(
     assert state["state"] == "pending" and state["last_error"] == "no answer within 2 s"
 
 
+async def test_an_event_deleted_while_it_is_sent_is_let_go_quietly(
+    db_url: str, project: Project, receivers, deliverers, caplog
+) -> None:
+    """Deleting a run (an erasure request) deletes the alert events about it, also one
+    whose delivery is under way: its attempt is then not recorded, and no warning says
+    that the database refused it."""
+    hanging = await receivers(hang=True)
+    deliverer = deliverers(attempt_timeout=1)
+    event_id, _ = add_event(db_url, project, add_destination(db_url, project, hanging.url()))
+    deliverer.wake()
+    await until(lambda: hanging.requests, "the receiver to be called")
+    execute(db_url, "DELETE FROM alert_events WHERE id = %s", (event_id,))
+    with caplog.at_level("INFO", logger="keelwave"):
+        await asyncio.sleep(2.5)  # the attempt times out, and its outcome has no event
+    assert attempts(db_url, event_id) == []
+    assert not [r for r in caplog.records if r.levelname in ("WARNING", "ERROR")], caplog.text
+
+
 async def test_a_redirect_is_not_followed(
     db_url: str, project: Project, receivers, deliverers
 ) -> None:

@@ -85,7 +85,9 @@ FROM claimed c LEFT JOIN alert_destinations d ON d.id = c.destination_id
 RECORD = """
 WITH attempt AS (
     INSERT INTO alert_attempts (event_id, attempt, started_at, duration_ms, status, error)
-    VALUES (%(id)s, %(attempt)s, %(started_at)s, %(duration_ms)s, %(status)s, %(error)s)
+    SELECT %(id)s, %(attempt)s, %(started_at)s, %(duration_ms)s, %(status)s, %(error)s
+    -- Not for an event deleted meanwhile (its run was erased): nothing is left to record.
+    WHERE EXISTS (SELECT 1 FROM alert_events WHERE id = %(id)s)
     ON CONFLICT DO NOTHING
 )
 UPDATE alert_events SET

@@ -82,7 +82,8 @@ def demo(
     if not client.flush(timeout=60):
         fail("the server did not take everything within 60 s; try again with fewer --runs")
     client.shutdown()
-    stdout.print(f"Sent {runs} runs to project [bold]{me['project']}[/] at {endpoint}:")
+    sent = f"{runs} run" if runs == 1 else f"{runs} runs"
+    stdout.print(f"Sent {sent} to project [bold]{me['project']}[/] at {endpoint}:")
     for label, count in sorted(outcomes.items()):
         stdout.print(f"  {count:>4}  {label}")
     stdout.print(

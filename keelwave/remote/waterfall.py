@@ -108,14 +108,21 @@ def offset(moment: datetime | None, origin: str | None) -> str:
     return "+" + fmt.duration(max(0.0, (moment - start).total_seconds() * 1000))
 
 
-def call_text(call: dict) -> Text:
-    """``model gpt-4o · 12.0k in / 900 out · $0.031``; red when the call failed."""
+def call_text(call: dict, compact: bool = False) -> Text:
+    """``model gpt-4o · 12.0k in / 900 out · $0.031`` (``compact``: ``gpt-4o 12.0k/900
+    $0.031``, for a narrow tree); red when the call failed."""
     failed = call.get("status") == "error"
-    text = Text("model ", style="dim")
+    text = Text("" if compact else "model ", style="dim")
     text.append(call.get("model") or call.get("provider") or "?", style="red" if failed else "cyan")
-    text.append(f" · {fmt.tokens(call.get('input_tokens'))} in / "
-                f"{fmt.tokens(call.get('output_tokens'))} out · "
-                f"{fmt.money(call.get('cost_usd'))}", style="dim")  # fmt: skip
+    tokens_in, tokens_out = (
+        fmt.tokens(call.get("input_tokens")),
+        fmt.tokens(call.get("output_tokens")),
+    )
+    money = fmt.money(call.get("cost_usd"))
+    if compact:
+        text.append(f" {tokens_in}/{tokens_out} {money}", style="dim")
+    else:
+        text.append(f" · {tokens_in} in / {tokens_out} out · {money}", style="dim")
     if failed:
         text.append(f"  {call.get('error') or 'failed'}", style="red")
     return text
@@ -137,13 +144,15 @@ def child_text(child: dict) -> Text:
     return text
 
 
-def inside_text(row: Row) -> Text:
-    """``+ 4 model calls, 1 child run`` within a band; empty when nothing is."""
+def inside_text(row: Row, compact: bool = False) -> Text:
+    """``+ 4 model calls, 1 child run`` within a band (``compact``: ``+ 4 calls, 1 child``);
+    empty when nothing is."""
     parts = []
     if calls := row.calls_inside:
-        parts.append(fmt.plural(len(calls), "model call"))
+        parts.append(fmt.plural(len(calls), "call" if compact else "model call"))
     if children := row.children_inside:
-        parts.append(fmt.plural(len(children), "child run"))
+        parts.append(fmt.plural(len(children), "child", "children") if compact
+                     else fmt.plural(len(children), "child run"))  # fmt: skip
     return Text(f"+ {', '.join(parts)}" if parts else "", style="dim")
 
 

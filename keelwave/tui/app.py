@@ -16,6 +16,8 @@ from keelwave.tui.source import Source
 
 class KeelwaveApp(App):
     TITLE = "keelwave"
+    # Every key is in the footer and in `?`; the palette's ^p would only cut the footer.
+    ENABLE_COMMAND_PALETTE = False
     BINDINGS = [
         Binding("q", "quit", "Quit"),
         Binding("question_mark", "help", "Help"),

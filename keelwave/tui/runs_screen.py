@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from rich.text import Text
-from textual import on, work
+from textual import events, on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
@@ -17,6 +17,9 @@ from keelwave.remote.api import ApiError
 from keelwave.tui.source import Source
 
 STATUSES = (None, "running", "stalled", "finished")
+COLUMNS = ("run", "agent", "started", "duration", "steps", "status", "loop", "tokens", "cost")
+NARROW_COLUMNS = ("run", "agent", "started", "took", "status", "loop", "tokens", "cost")
+WIDE = 96  # terminal columns from which every column fits
 
 
 class SummaryStrip(Static):
@@ -50,14 +53,16 @@ class SummaryStrip(Static):
 class RunsScreen(Screen):
     BINDINGS = [
         Binding("slash", "search", "Search"),
-        Binding("l", "toggle_loops", "Loops only"),
+        Binding("l", "toggle_loops", "Loops"),
         Binding("s", "cycle_status", "Status"),
         Binding("a", "cycle_agent", "Agent"),
         Binding("r", "refresh", "Refresh"),
         Binding("escape", "clear_search", "Clear", show=False),
+        Binding("j", "move(1)", show=False),
+        Binding("k", "move(-1)", show=False),
     ]
     DEFAULT_CSS = """
-    RunsScreen SummaryStrip { height: 1; padding: 0 1; background: $boost; }
+    RunsScreen SummaryStrip { height: auto; padding: 0 1; background: $boost; }
     RunsScreen #filters { height: 1; padding: 0 1; color: $text-muted; }
     RunsScreen #search { display: none; height: 3; }
     RunsScreen #search.visible { display: block; }
@@ -75,19 +80,19 @@ class RunsScreen(Screen):
         self.agents: list[str] = []
         self.query_text = ""
         self.row_ids: list[str] = []
+        self.runs: list[dict] = []
 
     def compose(self) -> ComposeResult:
         yield SummaryStrip(id="summary")
         yield Static(id="filters")
-        yield Input(placeholder="run id or agent name, enter to apply", id="search")
-        table: DataTable = DataTable(id="runs", cursor_type="row", zebra_stripes=True)
-        table.add_columns("run", "agent", "started", "duration", "steps", "status", "loop",
-                          "tokens", "cost")  # fmt: skip
-        yield table
+        yield Input(placeholder="run id or agent name: applies as you type, enter to go back "
+                    "to the runs", id="search")  # fmt: skip
+        yield DataTable(id="runs", cursor_type="row", zebra_stripes=True)
         yield Static(id="status")
         yield Footer()
 
     def on_mount(self) -> None:
+        self._set_columns(self.app.size.width)
         self.query_one(DataTable).focus()
         self.reload()
         self.set_interval(self.refresh_seconds, self.reload)
@@ -116,26 +121,46 @@ class RunsScreen(Screen):
         self._fill(runs)
         self._show_filters(runs)
 
+    def on_resize(self, event: events.Resize) -> None:
+        if self._set_columns(event.size.width):
+            self._fill(self.runs)
+
+    def _set_columns(self, width: int) -> bool:
+        """The table's columns for a terminal ``width`` columns wide; True if they changed.
+        Under :data:`WIDE` columns the steps column goes and duration is "took", so that
+        cost, the column people look for, stays on an 80-column screen."""
+        columns = COLUMNS if width >= WIDE else NARROW_COLUMNS
+        table = self.query_one(DataTable)
+        if [str(column.label) for column in table.columns.values()] == list(columns):
+            return False
+        table.clear(columns=True)
+        table.add_columns(*columns)
+        return True
+
     def _fill(self, runs: list[dict]) -> None:
+        self.runs = runs
         table = self.query_one(DataTable)
         selected = self.row_ids[table.cursor_row] if self.row_ids and table.row_count else None
         table.clear()
         self.row_ids = []
         now = self.source.now()
+        wide = len(table.columns) == len(COLUMNS)
         for run in runs:
-            table.add_row(
+            cells = [
                 fmt.short_id(run["id"]), run["agent_name"], fmt.ago(run["started_at"], now),
                 fmt.duration(run["duration_ms"]), str(run["step_count"]), fmt.status(run),
                 verdict.badge(run, pad=" "),
                 fmt.tokens(run["input_tokens"] + run["output_tokens"]), fmt.money(run["cost_usd"]),
-                key=run["id"],
-            )  # fmt: skip
+            ]  # fmt: skip
+            if not wide:
+                del cells[COLUMNS.index("steps")]
+            table.add_row(*cells, key=run["id"])
             self.row_ids.append(run["id"])
         if selected in self.row_ids:  # keep the cursor on the same run as rows arrive
             table.move_cursor(row=self.row_ids.index(selected))
 
     def _show_filters(self, runs: list[dict]) -> None:
-        shown = [f"{len(runs)} runs", f"loop rate {fmt.rate(verdict.loop_rate(runs))}"]
+        shown = [fmt.plural(len(runs), "run"), f"loop rate {fmt.rate(verdict.loop_rate(runs))}"]
         if self.loops_only:
             shown.append("looping only (reported or detected)")
         if STATUSES[self.status_index]:
@@ -151,6 +176,11 @@ class RunsScreen(Screen):
         self.query_one("#filters", Static).update(" · ".join(shown))
 
     # -- actions -----------------------------------------------------------
+
+    def action_move(self, by: int) -> None:
+        """j and k, as ↓ and ↑."""
+        table = self.query_one(DataTable)
+        table.action_cursor_down() if by > 0 else table.action_cursor_up()
 
     def action_refresh(self) -> None:
         self.reload()
@@ -180,6 +210,11 @@ class RunsScreen(Screen):
         self.query_text = ""
         self.query_one(DataTable).focus()
         self.reload()
+
+    @on(Input.Changed, "#search")
+    def search_as_typed(self, event: Input.Changed) -> None:
+        self.query_text = event.value.strip()
+        self.reload()  # exclusive: a newer keystroke cancels the reload of an older one
 
     @on(Input.Submitted, "#search")
     def apply_search(self, event: Input.Submitted) -> None:

@@ -35,6 +35,10 @@ class Source:
     async def steps(self, run_id: str) -> list[dict]:
         return await asyncio.to_thread(self.api.all_steps, run_id)
 
+    async def timeline(self, run_id: str) -> list[dict]:
+        """Steps, model calls and child runs, by start time."""
+        return await asyncio.to_thread(self.api.timeline, run_id)
+
     async def llm_calls(self, run_id: str) -> list[dict]:
         return (await self._get(f"/runs/{run_id}/llm"))["data"]
 

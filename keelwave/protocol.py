@@ -42,6 +42,11 @@ TOKEN_COUNT_MAX: Final = 2**53
 AMOUNT_MAX: Final = 1e15
 # The default largest request body the server accepts (KEELWAVE_MAX_BODY_BYTES).
 DEFAULT_MAX_BODY_BYTES: Final = 10 * 1024 * 1024
+# Tracebacks (error_traceback): the SDKs send at most the last TRACEBACK_SENT_MAX
+# characters of one, the server keeps at most TRACEBACK_STORED_MAX, each cut as
+# bound_traceback does. Their end is kept: the frame that raised and the exception.
+TRACEBACK_SENT_MAX: Final = 8 * 1024
+TRACEBACK_STORED_MAX: Final = 16 * 1024
 
 __all__ = [
     "AMOUNT_MAX",
@@ -54,4 +59,22 @@ __all__ = [
     "STEP_TYPES",
     "TERMINATION_REASONS",
     "TOKEN_COUNT_MAX",
+    "TRACEBACK_SENT_MAX",
+    "TRACEBACK_STORED_MAX",
 ]
+
+# Room kept for the marker line "… (N earlier characters cut)".
+_MARKER_ROOM = 64
+
+
+def bound_traceback(text: str, limit: int) -> str:
+    """``text`` if it has at most ``limit`` characters; else its end, from the first line
+    that fits, after a line saying how much was cut (the TypeScript SDK's
+    boundTraceback does the same)."""
+    if len(text) <= limit:
+        return text
+    tail = text[len(text) - (limit - _MARKER_ROOM) :]
+    newline = tail.find("\n")
+    if 0 <= newline < len(tail) - 1:
+        tail = tail[newline + 1 :]  # from a line's start; one long line is cut inside
+    return f"\u2026 ({len(text) - len(tail)} earlier characters cut)\n{tail}"

@@ -20,7 +20,7 @@ assert 4 * 3 <= lane_module.INLINE_ROWS < 70
 def step(project_id: str, run_id: uuid.UUID, index: int, step_type: str = "tool_call") -> tuple:
     return (
         uuid.UUID(project_id), run_id, index, step_type, "grep", b'{"q": 1}', None, None,
-        b"\x01" * 32, datetime.now(UTC), 5.0, None,
+        b"\x01" * 32, datetime.now(UTC), 5.0, None, None,
     )  # fmt: skip
 
 

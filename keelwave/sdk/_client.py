@@ -282,17 +282,23 @@ class Keelwave:
     # The adapters get the send function, not the client, so they never import this
     # module; they are imported only when used, so ``import keelwave`` stays lean.
 
-    def wrap_openai(self, client: Any) -> Any:
-        """Record every chat/responses call of an OpenAI client (sync or async)."""
+    def wrap_openai(self, client: Any, *, capture_content: bool = False) -> Any:
+        """Record every chat/responses call of an OpenAI client (sync or async); with
+        ``capture_content``, its prompt and response too (redacted)."""
         from keelwave.sdk._adapters.openai import wrap_openai
 
-        return wrap_openai(self._sender(), client, self._report, self.redaction)
+        return wrap_openai(
+            self._sender(), client, self._report, self.redaction, capture_content=capture_content
+        )
 
-    def wrap_anthropic(self, client: Any) -> Any:
-        """Record every messages call of an Anthropic client (sync or async)."""
+    def wrap_anthropic(self, client: Any, *, capture_content: bool = False) -> Any:
+        """Record every messages call of an Anthropic client (sync or async); with
+        ``capture_content``, its prompt and response too (redacted)."""
         from keelwave.sdk._adapters.anthropic import wrap_anthropic
 
-        return wrap_anthropic(self._sender(), client, self._report, self.redaction)
+        return wrap_anthropic(
+            self._sender(), client, self._report, self.redaction, capture_content=capture_content
+        )
 
     def _sender(self) -> Send | None:
         # None when nothing is recorded: a wrapped call then costs only the wrapper.

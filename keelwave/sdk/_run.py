@@ -30,6 +30,7 @@ import functools
 import itertools
 import json
 import time
+import traceback
 import uuid
 from datetime import UTC, datetime
 from typing import Any
@@ -40,6 +41,8 @@ from keelwave.protocol import (
     STEP_INDEX_MAX,
     STEP_TYPES,
     TERMINATION_REASONS,
+    TRACEBACK_SENT_MAX,
+    bound_traceback,
 )
 from keelwave.sdk import _validate as check
 from keelwave.sdk._canonical import canonical_json, fingerprint
@@ -207,7 +210,7 @@ class Run:
         self._send(Event("step", functools.partial(
             _render_step, self.id, index, step_type, tool_name, input_json, output_json,
             content, duration_ms, None if error is None else _error_text(error),
-            started_at or time.time(), self._redaction,
+            started_at or time.time(), self._redaction, _traceback_text(error),
         )))  # fmt: skip
 
     # -- loops -------------------------------------------------------------
@@ -298,6 +301,8 @@ class Run:
                              "the run is finished without it")  # fmt: skip
         if error is not None:
             body["error"] = _redacted_text(_error_text(error), self._redaction)
+            if (trace := _traceback_text(error)) is not None:
+                body["error_traceback"] = _redacted_text(trace, self._redaction)
         text = dumps(body)
         if output is not None:
             text = f'{text[:-1]},"output":{self._payload(output)}}}'
@@ -316,11 +321,12 @@ def _render_step(
     error: str | None,
     started_at: float,
     redaction: Redaction | None = None,
+    error_traceback: str | None = None,
 ) -> str:
     """A step as JSON text, built by hand so tool_input is exactly the text that was hashed.
 
     ``input_json`` comes redacted (it was fingerprinted so); the output, the
-    thought and the error are redacted here, in the sender thread."""
+    thought, the error and its traceback are redacted here, in the sender thread."""
     if redaction is not None:
         if output_json is not None:
             output_json = redaction.redact_json(output_json)
@@ -328,6 +334,8 @@ def _render_step(
             content = redaction.redact_text(content)
         if error is not None:
             error = check.free_text(redaction.redact_text(error))
+        if error_traceback is not None:
+            error_traceback = check.free_text(redaction.redact_text(error_traceback))
     when = datetime.fromtimestamp(started_at, UTC).isoformat()
     parts = [f'{{"run_id":"{run_id}","step_index":{index},"step_type":"{step_type}"',
              f',"started_at":"{when}"']  # fmt: skip
@@ -343,6 +351,8 @@ def _render_step(
         parts.append(f',"duration_ms":{duration_ms:.3f}')
     if error is not None:
         parts.append(f',"error":{json.dumps(error)}')
+    if error_traceback is not None:
+        parts.append(f',"error_traceback":{json.dumps(check.free_text(error_traceback))}')
     parts.append("}")
     return "".join(parts)
 
@@ -362,12 +372,16 @@ def model_call_event(
     step_index: int | None = None,
     report: Report = check.default_report,
     redaction: Redaction | None = DEFAULT_REDACTION,
+    input_messages: Any = None,
+    output_messages: Any = None,
 ) -> tuple[Event | None, str]:
     """The event for one model call (with a fresh id, so a resend is stored once).
 
     None instead of the event when the call cannot be stored: a provider or
     model that is not a valid name, a token count that is not a whole number
     from 0 to TOKEN_COUNT_MAX (sent as 0 it would be priced wrong, silently).
+    ``input_messages`` and ``output_messages`` (the prompt and the response, when
+    content is captured) go as canonical JSON, redacted.
     """
     call_id = str(uuid.uuid4())
     for field, value in (("provider", provider), ("model", model)):
@@ -408,7 +422,14 @@ def model_call_event(
         body["latency_ms"] = latency
     if error is not None:
         body["error"] = _redacted_text(_error_text(error), redaction)
-    return Event("ai", dumps(body)), call_id
+    text = dumps(body)
+    for name, value in (("input_messages", input_messages), ("output_messages", output_messages)):
+        if value is not None:
+            content = canonical_json(value)
+            if redaction is not None:
+                content = redaction.redact_json(content)
+            text = f'{text[:-1]},"{name}":{content}}}'
+    return Event("ai", text), call_id
 
 
 def _redacted_text(text: str, redaction: Redaction | None) -> str:
@@ -419,3 +440,15 @@ def _error_text(error: str | BaseException) -> str:
     if isinstance(error, BaseException):
         return check.free_text(f"{type(error).__name__}: {error}")
     return check.free_text(str(error))
+
+
+def _traceback_text(error: str | BaseException | None) -> str | None:
+    """The formatted traceback of an exception that was raised (one made and passed
+    without raising has none), its last TRACEBACK_SENT_MAX characters."""
+    if not isinstance(error, BaseException) or error.__traceback__ is None:
+        return None
+    try:
+        text = "".join(traceback.format_exception(error))
+    except Exception:  # an exception whose str() fails must not fail the agent's run
+        return None
+    return check.free_text(bound_traceback(text, TRACEBACK_SENT_MAX))

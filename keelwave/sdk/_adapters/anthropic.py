@@ -31,17 +31,29 @@ def _read_usage(usage_obj: Any, usage: Usage) -> None:
         usage.output_tokens = number(output)  # message_delta reports the running total
 
 
-def _read_response(message: Any, usage: Usage) -> None:
+def _read_response(message: Any, usage: Usage, streamed: bool = False) -> None:
     usage.model = field(message, "model") or usage.model
     _read_usage(field(message, "usage"), usage)
+    if usage.capture and not streamed:
+        role = field(message, "role") or "assistant"
+        usage.output_messages = [{"role": role, "content": field(message, "content")}]
 
 
 def _read_event(event: Any, usage: Usage) -> None:
     kind = field(event, "type")
     if kind == "message_start":
-        _read_response(field(event, "message"), usage)
+        _read_response(field(event, "message"), usage, streamed=True)
     elif kind == "message_delta":
         _read_usage(field(event, "usage"), usage)
+    elif kind == "content_block_delta":
+        usage.stream_text(field(event, "delta", "text"))
+
+
+def _request(arguments: dict[str, Any]) -> Any:
+    """The prompt: the system prompt (a message of its own here) and the messages."""
+    messages = list(arguments.get("messages") or ())
+    system = arguments.get("system")
+    return [{"role": "system", "content": system}, *messages] if system else messages
 
 
 def wrap_anthropic(
@@ -49,16 +61,18 @@ def wrap_anthropic(
     anthropic_client: Any,
     report: Report = default_report,
     redaction: Redaction | None = DEFAULT_REDACTION,
+    capture_content: bool = False,
 ) -> Any:
     """Patch ``messages`` of ``anthropic_client`` in place and return it.
 
     ``send`` queues the recorded calls (None: record nothing); ``report`` says a
     problem with one (a model name the server would refuse) once; ``redaction``
-    hides secrets in a failed call's error. The object itself is returned, not a
-    proxy, so the agent keeps using the type it knows.
+    hides secrets in a failed call's error (and in its messages); with
+    ``capture_content`` the prompt and the response are sent too. The object
+    itself is returned, not a proxy, so the agent keeps using the type it knows.
     """
     messages = field(anthropic_client, "messages")
     if messages is not None:
         patch(send, report, messages, "create", "anthropic", _read_response, _read_event,
-              redaction)  # fmt: skip
+              redaction, _request if capture_content else None)  # fmt: skip
     return anthropic_client

@@ -41,11 +41,19 @@ def _read_usage(usage_obj: Any, usage: Usage) -> None:
 def _read_response(response: Any, usage: Usage) -> None:
     usage.model = field(response, "model") or usage.model
     _read_usage(field(response, "usage"), usage)
+    if usage.capture:
+        choices = field(response, "choices")
+        if choices is not None:  # a chat completion: each choice's message
+            usage.output_messages = [field(choice, "message") for choice in choices]
+        elif field(response, "output") is not None:  # the Responses API's output items
+            usage.output_messages = field(response, "output")
 
 
 def _read_chat_chunk(chunk: Any, usage: Usage) -> None:
     usage.model = field(chunk, "model") or usage.model
     _read_usage(field(chunk, "usage"), usage)
+    for choice in field(chunk, "choices") or ():
+        usage.stream_text(field(choice, "delta", "content"))
 
 
 def _read_response_event(event: Any, usage: Usage) -> None:
@@ -53,6 +61,23 @@ def _read_response_event(event: Any, usage: Usage) -> None:
     response = field(event, "response")
     if response is not None:
         _read_response(response, usage)
+    elif field(event, "type") == "response.output_text.delta":
+        usage.stream_text(field(event, "delta"))
+
+
+def _chat_request(arguments: dict[str, Any]) -> Any:
+    return arguments.get("messages")
+
+
+def _responses_request(arguments: dict[str, Any]) -> Any:
+    """The Responses API's prompt: its instructions (a system message) and its input."""
+    prompt = arguments.get("input")
+    instructions = arguments.get("instructions")
+    if isinstance(prompt, str):
+        prompt = [{"role": "user", "content": prompt}]
+    if instructions:
+        return [{"role": "system", "content": instructions}, *(prompt or [])]
+    return prompt
 
 
 def wrap_openai(
@@ -60,20 +85,22 @@ def wrap_openai(
     openai_client: Any,
     report: Report = default_report,
     redaction: Redaction | None = DEFAULT_REDACTION,
+    capture_content: bool = False,
 ) -> Any:
     """Patch ``chat.completions`` and ``responses`` of ``openai_client`` in place and return it.
 
     ``send`` queues the recorded calls (None: record nothing); ``report`` says a
     problem with one (a model name the server would refuse) once; ``redaction``
-    hides secrets in a failed call's error. The object itself is returned, not a
-    proxy, so the agent keeps using the type it knows.
+    hides secrets in a failed call's error (and in its messages); with
+    ``capture_content`` the prompt and the response are sent too. The object
+    itself is returned, not a proxy, so the agent keeps using the type it knows.
     """
     chat = field(openai_client, "chat", "completions")
     if chat is not None:
         patch(send, report, chat, "create", "openai", _read_response, _read_chat_chunk,
-              redaction)  # fmt: skip
+              redaction, _chat_request if capture_content else None)  # fmt: skip
     responses = field(openai_client, "responses")
     if responses is not None:
         patch(send, report, responses, "create", "openai", _read_response, _read_response_event,
-              redaction)  # fmt: skip
+              redaction, _responses_request if capture_content else None)  # fmt: skip
     return openai_client

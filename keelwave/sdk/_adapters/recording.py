@@ -4,6 +4,12 @@ A call is recorded when it returns, raises, or (streamed) when its stream
 ends, is closed or fails, linked to the run and step current when the call
 was made. Each adapter only says how to read usage from its provider's
 responses and stream chunks.
+
+With ``capture_content`` (off by default: prompts are the agent's data, often
+its users'), the call's prompt and response are sent too, as
+``input_messages`` and ``output_messages``, redacted like every payload: the
+request's messages as the agent passed them, and the response's messages (a
+stream's text deltas joined into one assistant message).
 """
 
 from __future__ import annotations
@@ -24,17 +30,50 @@ from keelwave.sdk._validate import Report
 
 
 class Usage:
-    """Token counts in keelwave's convention (input includes cached; output includes reasoning)."""
+    """Token counts in keelwave's convention (input includes cached; output includes
+    reasoning), and the call's messages when content is captured."""
 
     __slots__ = ("model", "input_tokens", "output_tokens", "cache_read_tokens",
-                 "reasoning_tokens")  # fmt: skip
+                 "reasoning_tokens", "capture", "input_messages", "output_messages",
+                 "streamed_text")  # fmt: skip
 
-    def __init__(self, model: str | None = None) -> None:
+    def __init__(self, model: str | None = None, capture: bool = False) -> None:
         self.model = model
         self.input_tokens = 0
         self.output_tokens = 0
         self.cache_read_tokens = 0
         self.reasoning_tokens = 0
+        self.capture = capture  # the readers fill the fields below only if so
+        self.input_messages: Any = None
+        self.output_messages: Any = None
+        self.streamed_text: list[str] = []
+
+    def stream_text(self, text: Any) -> None:
+        if self.capture and isinstance(text, str):
+            self.streamed_text.append(text)
+
+    def response(self) -> Any:
+        """What the call answered: its messages, or a stream's text as one message."""
+        if self.output_messages is None and self.streamed_text:
+            return [{"role": "assistant", "content": "".join(self.streamed_text)}]
+        return self.output_messages
+
+
+def plain(value: Any, depth: int = 0) -> Any:
+    """A provider's objects (pydantic models, SDK types) as plain JSON-like values."""
+    if depth > 50:
+        return "<too deep>"
+    dump = getattr(value, "model_dump", None)
+    if callable(dump) and not isinstance(value, type):
+        try:
+            return dump(mode="json", exclude_none=True)
+        except Exception:  # an object whose dump fails is sent as its text
+            return str(value)
+    if isinstance(value, dict):
+        return {str(key): plain(item, depth + 1) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(item, depth + 1) for item in value]
+    return value
 
 
 def field(obj: Any, *names: str) -> Any:
@@ -88,6 +127,8 @@ def record(
         step_index=current_step_index.get() if run is not None else None,
         report=report,
         redaction=redaction,
+        input_messages=plain(usage.input_messages) if usage.capture else None,
+        output_messages=plain(usage.response()) if usage.capture else None,
     )
     if event is not None:
         send(event)
@@ -102,8 +143,12 @@ def patch(
     read_response: Callable[[Any, Usage], None],
     read_chunk: Callable[[Any, Usage], None],
     redaction: Redaction | None = DEFAULT_REDACTION,
+    read_request: Callable[[dict[str, Any]], Any] | None = None,
 ) -> None:
-    """Replace ``resource.method`` by a recording version (sync or async, streaming or not)."""
+    """Replace ``resource.method`` by a recording version (sync or async, streaming or not).
+
+    ``read_request`` (given when content is captured) reads the prompt from the
+    call's keyword arguments; the response readers then keep the response."""
     original = getattr(resource, method, None)
     if original is None or getattr(original, "__keelwave__", False):
         return
@@ -131,7 +176,9 @@ def patch(
     # awaitable (its methods are not always coroutine functions: they may be wrapped).
     @functools.wraps(original)
     def call(*args: Any, **kwargs: Any) -> Any:
-        usage = Usage(kwargs.get("model"))
+        usage = Usage(kwargs.get("model"), capture=read_request is not None)
+        if read_request is not None:
+            usage.input_messages = read_request(kwargs)
         started = time.perf_counter()
         stream = bool(kwargs.get("stream"))
         try:

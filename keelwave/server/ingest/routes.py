@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 
 from aiohttp import web
 
+from keelwave.protocol import TRACEBACK_STORED_MAX, bound_traceback
 from keelwave.server.http import appkeys, params
 from keelwave.server.http.auth import INGEST
 from keelwave.server.http.errors import ApiError, not_found, refused, unavailable
@@ -152,7 +153,18 @@ def _finish_of(body: RunFinish, now: datetime, rules: ServerRedaction) -> Finish
         loop_step_index=body.loop_step_index,
         output=rules.json_text(payload(body.output)),
         error=rules.text(clean_text(body.error)),
+        error_traceback=stored_traceback(body.error_traceback, rules),
     )
+
+
+def stored_traceback(text: str | None, rules: ServerRedaction) -> str | None:
+    """A traceback as it is kept: its last TRACEBACK_STORED_MAX characters, redacted like
+    an error. The redaction reads a few times that much first (cut at a line, as the
+    final cut is), so a huge one costs no more than a large one."""
+    if text is None:
+        return None
+    text = bound_traceback(clean_text(text), 4 * TRACEBACK_STORED_MAX)
+    return bound_traceback(rules.text(text), TRACEBACK_STORED_MAX)
 
 
 @routes.post(
@@ -232,6 +244,7 @@ async def ingest_steps(request: web.Request) -> web.Response:
                 timestamp(step.started_at, now),
                 step.duration_ms,
                 rules.text(clean_text(step.error)),
+                stored_traceback(step.error_traceback, rules),
             )
         )
     await write_rows(request, steps=rows)
@@ -283,6 +296,8 @@ async def ingest_model_calls(request: web.Request) -> web.Response:
                 call.status,
                 rules.text(clean_text(call.error)),
                 timestamp(call.started_at, now),
+                rules.json_payload(payload_as_sent(call.input_messages)),
+                rules.json_payload(payload_as_sent(call.output_messages)),
             )
         )
     await write_rows(request, traces=rows)

@@ -7,7 +7,8 @@ over a re-serialisation of it.
 
 Unknown fields are ignored, so an SDK newer than the server keeps working.
 Payload fields (``input``, ``output``, ``metadata``, ``tool_input``,
-``tool_output``) may hold any JSON value and are stored as sent.
+``tool_output``, ``input_messages``, ``output_messages``) may hold any JSON
+value and are stored as sent (redacted).
 
 These types are also the API document's (docs/openapi.json is generated from
 them): their docstrings and field descriptions are what its readers see.
@@ -33,6 +34,8 @@ from keelwave.protocol import (
     STEP_TYPES,
     TERMINATION_REASONS,
     TOKEN_COUNT_MAX,
+    TRACEBACK_SENT_MAX,
+    TRACEBACK_STORED_MAX,
 )
 from keelwave.server.http.errors import ApiError
 
@@ -51,6 +54,15 @@ Amount = Annotated[float, Meta(ge=0, le=AMOUNT_MAX)]
 # A payload field: any JSON value, kept as the exact bytes sent. UNSET when the
 # field was not sent at all (as opposed to JSON null).
 Payload = Annotated[Raw | UnsetType, Meta(description="Any JSON value, stored as sent")]
+# A formatted traceback: longer ones are cut (their end is kept), not refused.
+Traceback = Annotated[
+    str | None,
+    Meta(
+        description="The exception's formatted traceback; the server keeps its last "
+        f"{TRACEBACK_STORED_MAX // 1024} KiB (the SDKs send the last "
+        f"{TRACEBACK_SENT_MAX // 1024} KiB), cut at a line"
+    ),
+]
 # A moment in ISO 8601 / RFC 3339; without an offset it is taken as UTC.
 When = Annotated[
     datetime | None, Meta(description="ISO 8601 time; without an offset, UTC. Default: now")
@@ -81,6 +93,7 @@ class RunFinish(Struct, kw_only=True):
     ] = None
     output: Payload = UNSET
     error: str | None = None
+    error_traceback: Traceback = None
     ended_at: When = None
 
 
@@ -104,6 +117,7 @@ class Step(Struct, kw_only=True):
     started_at: When = None
     duration_ms: Amount | None = None
     error: str | None = None
+    error_traceback: Traceback = None
 
 
 class ModelCall(Struct, kw_only=True):
@@ -124,6 +138,12 @@ class ModelCall(Struct, kw_only=True):
     status: CallStatus = "ok"
     error: str | None = None
     started_at: When = None
+    input_messages: Annotated[
+        Raw | UnsetType, Meta(description="The prompt (any JSON), when content is captured")
+    ] = UNSET
+    output_messages: Annotated[
+        Raw | UnsetType, Meta(description="The response (any JSON), when content is captured")
+    ] = UNSET
 
 
 # Answers. Each is the whole body, envelope included.

@@ -26,6 +26,7 @@ class Finish:
     loop_step_index: int | None = None
     output: str | None = None
     error: str | None = None
+    error_traceback: str | None = None
 
 
 async def finish_run(
@@ -80,6 +81,7 @@ def _columns(project_id: str, finishes: list[tuple[uuid.UUID, Finish]]) -> dict[
         "loop_steps": [finish.loop_step_index for _, finish in finishes],
         "outputs": [finish.output for _, finish in finishes],
         "errors": [finish.error for _, finish in finishes],
+        "tracebacks": [finish.error_traceback for _, finish in finishes],
     }
 
 

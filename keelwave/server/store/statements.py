@@ -78,13 +78,14 @@ STEP_COLUMNS = (
     ("project_id", "uuid"), ("run_id", "uuid"), ("step_index", "int4"), ("step_type", "text"),
     ("tool_name", "text"), ("tool_input", "json"), ("tool_output", "json"), ("content", "text"),
     ("input_fingerprint", "bytea"), ("started_at", "timestamptz"), ("duration_ms", "float8"),
-    ("error", "text"),
+    ("error", "text"), ("error_traceback", "text"),
 )  # fmt: skip
 TRACE_COLUMNS = (
     ("project_id", "uuid"), ("id", "uuid"), ("run_id", "uuid"), ("step_index", "int4"),
     ("provider", "text"), ("model", "text"), ("input_tokens", "int8"), ("output_tokens", "int8"),
     ("cache_read_tokens", "int8"), ("reasoning_tokens", "int8"), ("cost_usd", "float8"),
     ("latency_ms", "float8"), ("status", "text"), ("error", "text"), ("started_at", "timestamptz"),
+    ("input_messages", "json"), ("output_messages", "json"),
 )  # fmt: skip
 
 # What the rollups count, per (project, agent, hour).
@@ -444,8 +445,8 @@ FINISH_RUNS = f"""
 WITH input AS (
     SELECT * FROM unnest(%(ids)s::uuid[], %(ended_at)s::timestamptz[], %(reasons)s::text[],
                          %(loops)s::boolean[], %(loop_steps)s::integer[], %(outputs)s::text[],
-                         %(errors)s::text[])
-        AS i (id, ended_at, reason, loop_detected, loop_step_index, output, error)
+                         %(errors)s::text[], %(tracebacks)s::text[])
+        AS i (id, ended_at, reason, loop_detected, loop_step_index, output, error, traceback)
 ), old AS (
     SELECT r.project_id, r.id, r.agent_name, r.started_at, r.termination_reason AS reason,
            r.loop_detected AS loop,
@@ -459,6 +460,7 @@ WITH input AS (
         loop_step_index = coalesce(i.loop_step_index, r.loop_step_index),
         output = coalesce(i.output::json, r.output),
         error = coalesce(i.error, r.error),
+        error_traceback = coalesce(i.traceback, r.error_traceback),
         duration_ms = greatest(0, extract(epoch FROM i.ended_at - r.started_at) * 1000)
     FROM input i WHERE r.project_id = %(project_id)s AND r.id = i.id
     RETURNING r.id, r.termination_reason AS reason, r.loop_detected AS loop,

@@ -67,6 +67,7 @@ class RunRow:
     output: str | None
     metadata: str | None
     error: str | None
+    error_traceback: str | None
     llm_calls: int
     input_tokens: int
     output_tokens: int
@@ -79,7 +80,7 @@ class RunRow:
             self.agent_name, self.parent_run_id, self.started_at, self.ended_at,
             self.termination_reason, self.loop_detected, self.loop_step_index, self.input,
             self.output, self.metadata, self.error, self.llm_calls, self.input_tokens,
-            self.output_tokens, self.cost_usd, len(self.steps),
+            self.output_tokens, self.cost_usd, len(self.steps), self.error_traceback,
         )  # fmt: skip
 
 
@@ -322,6 +323,7 @@ def _run_columns(project_id: uuid.UUID, runs: list[RunRow]) -> dict[str, Any]:
         "outputs": [r.output for r in runs],
         "metadata": [r.metadata for r in runs],
         "errors": [r.error for r in runs],
+        "tracebacks": [r.error_traceback for r in runs],
         "steps": [len(r.steps) for r in runs],
         "calls": [r.llm_calls for r in runs],
         "input_tokens": [r.input_tokens for r in runs],
@@ -431,10 +433,11 @@ WITH input AS (
         %(ended)s::timestamptz[], %(reasons)s::text[], %(loops)s::boolean[],
         %(loop_steps)s::int[], %(inputs)s::text[], %(outputs)s::text[], %(metadata)s::text[],
         %(errors)s::text[], %(steps)s::int[], %(calls)s::int[], %(input_tokens)s::int8[],
-        %(output_tokens)s::int8[], %(costs)s::float8[], %(rejudge)s::boolean[]
+        %(output_tokens)s::int8[], %(costs)s::float8[], %(rejudge)s::boolean[],
+        %(tracebacks)s::text[]
     ) AS i (id, agent_name, parent_run_id, started_at, ended_at, reason, loop_detected,
             loop_step_index, input, output, metadata, error, steps, calls, input_tokens,
-            output_tokens, cost_usd, rejudge)
+            output_tokens, cost_usd, rejudge, error_traceback)
 ), updated AS (
     UPDATE agent_runs r SET
         agent_name = i.agent_name, parent_run_id = i.parent_run_id, started_at = i.started_at,
@@ -446,7 +449,8 @@ WITH input AS (
                       END,
         loop_detected = i.loop_detected, loop_step_index = i.loop_step_index,
         input = i.input::json, output = i.output::json, metadata = i.metadata::json,
-        error = i.error, step_count = i.steps, llm_calls = i.calls,
+        error = i.error, error_traceback = i.error_traceback, step_count = i.steps,
+        llm_calls = i.calls,
         input_tokens = i.input_tokens, output_tokens = i.output_tokens, cost_usd = i.cost_usd,
         last_activity_at = now(),
         verdict_steps = CASE WHEN i.rejudge THEN -1 ELSE r.verdict_steps END
@@ -456,11 +460,11 @@ WITH input AS (
 INSERT INTO agent_runs (project_id, id, agent_name, parent_run_id, started_at, ended_at,
                         termination_reason, duration_ms, loop_detected, loop_step_index, input,
                         output, metadata, error, step_count, llm_calls, input_tokens,
-                        output_tokens, cost_usd, last_activity_at)
+                        output_tokens, cost_usd, last_activity_at, error_traceback)
 SELECT %(project_id)s, i.id, i.agent_name, i.parent_run_id, i.started_at, i.ended_at, i.reason,
        greatest(0, extract(epoch FROM i.ended_at - i.started_at) * 1000), i.loop_detected,
        i.loop_step_index, i.input::json, i.output::json, i.metadata::json, i.error, i.steps,
-       i.calls, i.input_tokens, i.output_tokens, i.cost_usd, now()
+       i.calls, i.input_tokens, i.output_tokens, i.cost_usd, now(), i.error_traceback
 FROM input i WHERE i.id NOT IN (SELECT id FROM updated)
 """
 

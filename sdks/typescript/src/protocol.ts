@@ -28,3 +28,6 @@ export const TOKEN_COUNT_MAX = 2 ** 53;
 export const AMOUNT_MAX = 1e15;
 /** The default largest request body the server accepts (KEELWAVE_MAX_BODY_BYTES). */
 export const DEFAULT_MAX_BODY_BYTES = 10 * 1024 * 1024;
+/** Tracebacks (error_traceback): the SDKs send the last TRACEBACK_SENT_MAX characters of one (boundTraceback), the server keeps the last TRACEBACK_STORED_MAX. */
+export const TRACEBACK_SENT_MAX = 8 * 1024;
+export const TRACEBACK_STORED_MAX = 16 * 1024;

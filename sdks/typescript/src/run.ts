@@ -11,6 +11,7 @@ import { randomUUID } from "node:crypto";
 import { canonicalJson, fingerprint } from "./canonical.js";
 import { STEP_INDEX_MAX, TERMINATION_REASONS, type CallStatus, type StepType, type TerminationReason } from "./protocol.js";
 import { DEFAULT_REDACTION, type Redaction } from "./redact.js";
+import { stackOf } from "./traceback.js";
 import type { Event } from "./transport.js";
 import * as check from "./validate.js";
 
@@ -192,7 +193,11 @@ export class Run {
       if (problem === undefined) body.loop_step_index = this.loopStepIndex;
       else check.refuse(this.report, "loop_step_index", this.loopStepIndex, problem, "the run is finished without it");
     }
-    if (end.error !== undefined) body.error = this.sendableText(errorText(end.error));
+    if (end.error !== undefined) {
+      body.error = this.sendableText(errorText(end.error));
+      const stack = stackOf(end.error);
+      if (stack !== undefined) body.error_traceback = this.sendableText(check.freeText(stack));
+    }
     let text = JSON.stringify(body);
     if (end.output !== undefined) text = `${text.slice(0, -1)},"output":${this.payload(end.output)}}`;
     this.sink({ kind: "finish", body: text });
@@ -226,7 +231,11 @@ export class Run {
     if (output !== undefined) text += `,"tool_output":${this.payload(output)}`;
     if (content !== undefined) text += `,"content":${JSON.stringify(check.freeText(this.sendableText(String(content))))}`;
     if (durationMs !== undefined) text += `,"duration_ms":${durationMs.toFixed(3)}`;
-    if (error !== undefined && error !== null) text += `,"error":${JSON.stringify(this.sendableText(errorText(error)))}`;
+    if (error !== undefined && error !== null) {
+      text += `,"error":${JSON.stringify(this.sendableText(errorText(error)))}`;
+      const stack = stackOf(error);
+      if (stack !== undefined) text += `,"error_traceback":${JSON.stringify(this.sendableText(check.freeText(stack)))}`;
+    }
     this.sink({ kind: "step", body: text + "}" });
   }
 }

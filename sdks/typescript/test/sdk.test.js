@@ -2,7 +2,7 @@
 // which passes KEELWAVE_TEST_ENDPOINT, KEELWAVE_TEST_INGEST_KEY and KEELWAVE_TEST_READ_KEY).
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { Keelwave, getCurrentRun, canonicalJson, fingerprint, MaxStepsExceeded, LoopDetected } from "../dist/index.js";
+import { Keelwave, getCurrentRun, canonicalJson, fingerprint, MaxStepsExceeded, LoopDetected, boundTraceback, TRACEBACK_SENT_MAX } from "../dist/index.js";
 
 const endpoint = process.env.KEELWAVE_TEST_ENDPOINT;
 const skip = endpoint ? false : "needs a server: run through pytest tests/test_typescript_sdk.py";
@@ -60,6 +60,42 @@ test("a thrown error finishes the run with error and is re-thrown", { skip }, as
   assert.equal(run.error, "TypeError: bad input");
   const [step] = await api(`/runs/${runId}/steps`);
   assert.equal(step.error, "TypeError: bad input");
+  // The stack goes too: the message, then the frames, the throwing one first.
+  for (const trace of [run.error_traceback, step.error_traceback]) {
+    assert.ok(trace.startsWith("TypeError: bad input\n    at "), trace);
+    assert.match(trace, /sdk\.test\.js/);
+  }
+});
+
+test("a deep stack is sent bounded, and a thrown string has none", { skip }, async () => {
+  const deep = (n) => (n > 0 ? deep(n - 1) : (() => { throw new RangeError("deep"); })());
+  const saved = Error.stackTraceLimit;
+  Error.stackTraceLimit = 1000;
+  let deepId, stringId;
+  try {
+    await assert.rejects(client.run("deep", async (run) => { deepId = run.id; deep(400); }), RangeError);
+  } finally {
+    Error.stackTraceLimit = saved;
+  }
+  await assert.rejects(client.run("thrown-string", async (run) => { stringId = run.id; throw "just a string"; }));
+  await client.flush();
+  const trace = (await api(`/runs/${deepId}`)).error_traceback;
+  assert.ok(trace.length <= TRACEBACK_SENT_MAX, String(trace.length));
+  assert.match(trace, /^\u2026 \(\d+ earlier characters cut\)\n    at /);
+  const plain = await api(`/runs/${stringId}`);
+  assert.equal(plain.error, "just a string");
+  assert.equal(plain.error_traceback, null);
+});
+
+test("boundTraceback cuts like the Python SDK", () => {
+  const text = Array.from({ length: 1000 }, (_, n) => `    at step${n} (agent.js:${n}:1)\n`).join("");
+  const bounded = boundTraceback(text, 2048);
+  assert.ok(bounded.length <= 2048);
+  const [marker, ...rest] = bounded.split("\n");
+  const kept = rest.join("\n");
+  assert.ok(text.endsWith(kept) && kept.startsWith("    at "));
+  assert.equal(marker, `\u2026 (${text.length - kept.length} earlier characters cut)`);
+  assert.equal(boundTraceback("short\n", 2048), "short\n");
 });
 
 test("nested agents are child runs; concurrent runs never mix", { skip }, async () => {

@@ -317,3 +317,76 @@ def model_call(span: Span) -> dict[str, Any]:
         if isinstance(finish, list)
         else ([str(finish)] if finish else []),  # fmt: skip
     }
+
+
+def stacktrace(span: Span) -> str | None:
+    """The traceback of the span's exception event (``exception.stacktrace``), if any."""
+    for event in span.events:
+        if event.name == "exception":
+            trace = event.attributes.get("exception.stacktrace")
+            if isinstance(trace, str) and trace:
+                return trace
+    return None
+
+
+# The older event form of a model call's messages: one event per message of the
+# prompt (its role in the name), one gen_ai.choice per choice of the response.
+_PROMPT_EVENTS = {
+    "gen_ai.system.message": "system",
+    "gen_ai.user.message": "user",
+    "gen_ai.assistant.message": "assistant",
+    "gen_ai.tool.message": "tool",
+}
+
+
+def _json_value(value: Any) -> Any:
+    """An attribute that holds JSON text (a message's content, often) as its value."""
+    if isinstance(value, str) and value[:1] in ("{", "["):
+        parsed = _parsed(value)
+        if parsed is not _NOT_JSON:
+            return parsed
+    return value
+
+
+def _indexed(attributes: dict[str, Any], prefix: str) -> list[dict[str, Any]] | None:
+    """OpenInference's flattened list ``prefix.<i>.message.<field>`` as a list of messages
+    ({field: value}, nested fields kept as their dotted path), by index."""
+    messages: dict[int, dict[str, Any]] = {}
+    for key, value in attributes.items():
+        if not key.startswith(prefix):
+            continue
+        number, _, rest = key[len(prefix) :].partition(".")
+        if not number.isdigit() or not rest:
+            continue
+        messages.setdefault(int(number), {})[rest.removeprefix("message.")] = value
+    return [messages[n] for n in sorted(messages)] if messages else None
+
+
+def _as_payload(value: Any) -> bytes | None:
+    return None if value is None else as_json(value)
+
+
+def messages(span: Span) -> tuple[bytes | None, bytes | None]:
+    """A model call's prompt and response as JSON bytes, from whichever form the span
+    carries them in: the current semantic conventions' ``gen_ai.input.messages`` and
+    ``gen_ai.output.messages`` attributes, the older events (``gen_ai.user.message``…,
+    ``gen_ai.choice``), or OpenInference's ``llm.input_messages.<i>.…``."""
+    attributes = span.attributes
+    prompt = _as_payload(attributes.get("gen_ai.input.messages") or None)
+    response = _as_payload(attributes.get("gen_ai.output.messages") or None)
+    if prompt is None:
+        events = [
+            {"role": event.attributes.get("role") or role,
+             **{k: _json_value(v) for k, v in event.attributes.items() if k != "role"}}
+            for event in span.events
+            if (role := _PROMPT_EVENTS.get(event.name)) is not None
+        ]  # fmt: skip
+        prompt = _as_payload(events or _indexed(attributes, "llm.input_messages."))
+    if response is None:
+        choices = [
+            {k: _json_value(v) for k, v in event.attributes.items()}
+            for event in span.events
+            if event.name == "gen_ai.choice"
+        ]
+        response = _as_payload(choices or _indexed(attributes, "llm.output_messages."))
+    return prompt, response

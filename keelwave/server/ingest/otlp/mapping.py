@@ -64,6 +64,7 @@ class MappedStep:
     error: str | None
     fingerprint: bytes | None = None
     step_type: str = "tool_call"  # retrievals are "custom" steps
+    error_traceback: str | None = None
 
 
 @dataclass(slots=True)
@@ -81,6 +82,8 @@ class MappedCall:
     started_ns: int
     finish_reasons: list[str]
     step_index: int | None = None  # the step it produced (see the module's docstring)
+    input_messages: bytes | None = None  # JSON, as conventions.messages reads them
+    output_messages: bytes | None = None
 
 
 @dataclass(slots=True)
@@ -100,6 +103,7 @@ class MappedRun:
     input: Any = None
     output: Any = None
     metadata: dict[str, Any] = field(default_factory=dict)
+    error_traceback: str | None = None
 
 
 def run_id(trace_id: bytes, span_id: bytes) -> uuid.UUID:
@@ -307,6 +311,7 @@ def _new_step(span: Span, role: str, index: int) -> MappedStep:
         started_ns=span.start_ns,
         duration_ms=_millis(span),
         error=c.error(span),
+        error_traceback=c.stacktrace(span),
         # NULL only when the span truly carries no arguments (as a step without a tool).
         fingerprint=fingerprint(name, arguments) if arguments is not None else None,
         step_type="custom" if role == c.RETRIEVER else "tool_call",
@@ -326,6 +331,7 @@ def _call(span: Span, memo: Memo | None = None) -> MappedCall:
 def _new_call(span: Span) -> MappedCall:
     details = c.model_call(span)
     failure = c.error(span)
+    prompt, response = c.messages(span)
     return MappedCall(
         span_id=span.span_id,
         provider=details["provider"],
@@ -339,6 +345,8 @@ def _new_call(span: Span) -> MappedCall:
         error=failure,
         started_ns=span.start_ns,
         finish_reasons=details["finish_reasons"],
+        input_messages=prompt,
+        output_messages=response,
     )
 
 
@@ -388,4 +396,5 @@ def _finish(run: MappedRun, span: Span, unique: dict[bytes, Span]) -> None:
     else:
         run.termination_reason = "clean"
     run.error = c.error(span)
+    run.error_traceback = c.stacktrace(span)
     run.ended_ns = span.end_ns

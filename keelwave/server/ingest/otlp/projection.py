@@ -15,7 +15,12 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from keelwave.protocol import NAME_MAX_LENGTH, TOKEN_COUNT_MAX
+from keelwave.protocol import (
+    NAME_MAX_LENGTH,
+    TOKEN_COUNT_MAX,
+    TRACEBACK_STORED_MAX,
+    bound_traceback,
+)
 from keelwave.sdk import canonical_json
 from keelwave.server.ingest.otlp import mapping, stored
 from keelwave.server.ingest.otlp.decode import Span
@@ -98,6 +103,12 @@ def text(value: str | None) -> str | None:
     return value.replace("\x00", "\ufffd") if value is not None else None
 
 
+def traceback(value: str | None) -> str | None:
+    """An exception event's stack trace as it is kept (redacted already, with the span):
+    NUL-free, its last TRACEBACK_STORED_MAX characters, as native ingest keeps one."""
+    return bound_traceback(text(value), TRACEBACK_STORED_MAX) if value is not None else None
+
+
 @functools.lru_cache(maxsize=65_536)
 def call_id(trace_id: bytes, span_id: bytes) -> uuid.UUID:
     return uuid.uuid5(mapping.RUN_NAMESPACE, f"call:{trace_id.hex()}:{span_id.hex()}")
@@ -124,6 +135,7 @@ def _row(
             when(step.started_ns),
             step.duration_ms,
             text(step.error),
+            traceback(step.error_traceback),
         )  # fmt: skip
         for step in run.steps
     ]
@@ -149,6 +161,8 @@ def _row(
                 call.status,
                 text(call.error),
                 when(call.started_ns),
+                call.input_messages,
+                call.output_messages,
             )  # fmt: skip
         )
     return RunRow(
@@ -164,6 +178,7 @@ def _row(
         output=run.output.decode() if run.output is not None else None,
         metadata=canonical_json(run.metadata) if run.metadata else None,
         error=text(run.error),
+        error_traceback=traceback(run.error_traceback),
         llm_calls=len(calls),
         input_tokens=sum(call[6] for call in calls),
         output_tokens=sum(call[7] for call in calls),

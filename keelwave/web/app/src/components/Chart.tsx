@@ -1,5 +1,6 @@
 // Runs per time bucket as bars, loops (as the agents reported them, as the server
-// detected them) and errors drawn inside them. Plain SVG:
+// detected them) and errors drawn inside them: loops red, errors a darker red (both went
+// wrong; amber is kept for warnings). Plain SVG:
 // a chart library would weigh more than the rest of the dashboard.
 
 type Point = { start: string; runs: number; loop_runs: number; detected_loop_runs?: number; error_runs: number };

@@ -38,6 +38,8 @@ export function Compare(props: { me: Me }) {
       <Heading>
         <button className="ghost" onClick={() => navigate(`/compare?a=${b}&b=${a}`)}>Swap A and B</button>
       </Heading>
+      {data.a.agent_name !== data.b.agent_name && (
+        <p className="note">These are runs of two agents ({data.a.agent_name} and {data.b.agent_name}): their steps may have little in common.</p>)}
       <div className="columns even">
         <RunCard label="A" run={data.a} />
         <RunCard label="B" run={data.b} />
@@ -63,7 +65,10 @@ export function Compare(props: { me: Me }) {
         {(Object.keys(DIFF_LABELS) as Diff[]).map((kind) => (
           <span key={kind} className={`diff ${kind}`}><strong>{counts.get(kind) ?? 0}</strong> {DIFF_LABELS[kind]}</span>))}
       </p>
-      {!pairs.length ? <p className="muted">Neither run recorded a step.</p> : <StepPairs pairs={pairs} />}
+      {!pairs.length ? <p className="muted">Neither run recorded a step.</p> : <>
+        <p className="muted small">Click a pair to see both steps' input and output.</p>
+        <StepPairs pairs={pairs} />
+      </>}
     </section>
   );
 }

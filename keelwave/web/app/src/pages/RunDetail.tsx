@@ -84,7 +84,7 @@ export function RunDetail(props: { me: Me; runId: string }) {
         <div><dt>loop began at</dt><dd className={loops(r) ? "bad" : ""}><LoopBegan run={r} /></dd></div>
         <div><dt>findings</dt><dd>{kinds(r).length ? kinds(r).map((kind, n) => (
           <span key={kind} className={isLoopKind(kind) ? "bad" : "warn"}>{n ? ", " : ""}{LABELS[kind]}</span>)) : "none"}</dd></div>
-        <div><dt>started</dt><dd><time dateTime={r.started_at}>{fmt.when(r.started_at)}</time> <span className="muted small">{fmt.ago(r.started_at)}</span></dd></div>
+        <div><dt>started</dt><dd><time dateTime={r.started_at}>{fmt.when(r.started_at)}</time> <span className="muted small ago">{fmt.ago(r.started_at)}</span></dd></div>
         <div><dt>ended</dt><dd>{r.ended_at ? <time dateTime={r.ended_at}>{fmt.when(r.ended_at)}</time> : <span className="muted">not yet</span>}</dd></div>
         <div><dt>duration</dt><dd>{r.ended_at ? fmt.duration(r.duration_ms) : <span className="running-for">{r.status} for {fmt.duration(now - new Date(r.started_at).getTime())}</span>}</dd></div>
         <div><dt>steps</dt><dd>{r.step_count}</dd></div>

@@ -431,3 +431,87 @@ async def test_a_cursor_of_one_sort_is_refused_by_another(api, project, listed):
         api, project, "/runs", cursor=page["next_cursor"], order="asc", sort="cost_usd"
     )
     assert status == 422 and body["error"]["field"] == "cursor"
+
+
+# -- cost by model and by agent ------------------------------------------------------
+
+
+@pytest.fixture
+async def priced(api: Api, project: Project) -> list[dict]:
+    """Ten models (more than the eight the series shows), three agents, calls over
+    two days, each run's calls at its own start; one call without a run."""
+    now = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
+    calls = []
+    for n in range(30):
+        started = now - timedelta(hours=n * 1.7, minutes=7)
+        agent = ["alpha", "beta", "gamma"][n % 3]
+        run_id = await start(api, project, agent, 0, started_at=started.isoformat())
+        call = {"provider": "openai", "model": f"model-{n % 10}", "run_id": run_id,
+                "started_at": started.isoformat(), "cost_usd": round(0.01 * (n % 10 + 1), 2),
+                "input_tokens": 100 + n, "output_tokens": n}  # fmt: skip
+        await ok(api, "/v1/ingest/ai", call, project)
+        calls.append({**call, "agent": agent, "at": started})
+    loose = {"provider": "openai", "model": "model-0", "cost_usd": 0.5, "input_tokens": 1,
+             "started_at": (now - timedelta(minutes=30)).isoformat()}  # fmt: skip
+    await ok(api, "/v1/ingest/ai", loose, project)
+    calls.append({**loose, "agent": None, "at": now - timedelta(minutes=30), "output_tokens": 0})
+    return calls
+
+
+def cost_of(calls: list[dict], key: str) -> dict[str, float]:
+    totals: dict[str, float] = {}
+    for call in calls:
+        if call[key] is not None:
+            totals[call[key]] = totals.get(call[key], 0) + call["cost_usd"]
+    return totals
+
+
+@pytest.mark.parametrize(("group_by", "key"), [("model", "model"), ("agent", "agent")])
+async def test_cost_totals_and_series(api, project, priced, group_by, key):
+    since = datetime.now(UTC) - timedelta(hours=40)
+    inside = [call for call in priced if call["at"] >= since]
+    status, body = await read(
+        api, project, "/cost", since=since.isoformat(), group_by=group_by, bucket="hour"
+    )
+    assert status == 200, body
+    data = body["data"]
+    assert data["group_by"] == group_by and data["bucket"] == "hour"
+    want = cost_of(inside, key)
+    assert {row["key"]: row["cost_usd"] for row in data["totals"]} == pytest.approx(want)
+    costs = [row["cost_usd"] for row in data["totals"]]
+    assert costs == sorted(costs, reverse=True)
+    first = data["totals"][0]
+    mine = [call for call in inside if call[key] == first["key"]]
+    assert first["calls"] == len(mine)
+    assert first["input_tokens"] == sum(call["input_tokens"] for call in mine)
+    assert first["output_tokens"] == sum(call["output_tokens"] for call in mine)
+    # The series: at most the top eight keys and other, adding up to the totals.
+    top = [row["key"] for row in data["totals"][:8]]
+    keys = {point["key"] for point in data["series"]}
+    assert keys <= {*top, "other"}
+    assert ("other" in keys) == (len(data["totals"]) > 8)
+    assert sum(point["cost_usd"] for point in data["series"]) == pytest.approx(sum(want.values()))
+    for point in data["series"]:
+        start = datetime.fromisoformat(point["bucket_start"])
+        assert start.minute == 0 and start.second == 0
+        here = [c for c in inside if start <= c["at"] < start + timedelta(hours=1)]
+        if point["key"] != "other":
+            expected = sum(c["cost_usd"] for c in here if c[key] == point["key"])
+            assert point["cost_usd"] == pytest.approx(expected)
+
+
+async def test_cost_by_day_and_bad_parameters(api, project, priced):
+    status, body = await read(api, project, "/cost", window="7d")
+    assert status == 200 and body["data"]["bucket"] == "day" and body["data"]["group_by"] == "model"
+    days = {point["bucket_start"][:10] for point in body["data"]["series"]}
+    assert all(point["bucket_start"].endswith("T00:00:00Z") for point in body["data"]["series"])
+    assert len(days) >= 2
+    assert sum(row["cost_usd"] for row in body["data"]["totals"]) == pytest.approx(
+        sum(call["cost_usd"] for call in priced)
+    )
+    status, body = await read(api, project, "/cost", window="1h")
+    assert status == 200 and body["data"]["bucket"] == "hour"
+    for query, field in (({"group_by": "tool"}, "group_by"), ({"bucket": "week"}, "bucket"),
+                         ({"window": "400d", "bucket": "hour"}, "bucket")):  # fmt: skip
+        status, body = await read(api, project, "/cost", **query)
+        assert status == 422 and body["error"]["field"] == field, body

@@ -75,7 +75,7 @@ def floor_hour(moment: datetime) -> datetime:
     return _floor(moment, HOUR)
 
 
-def _range_args(project_id: str, window: Window, whole_hours: bool = True) -> dict[str, Any]:
+def range_args(project_id: str, window: Window, whole_hours: bool = True) -> dict[str, Any]:
     """Query parameters for ``window``: project, since, until, and full_from/full_to,
     the whole hours inside it that rollups answer for (an empty range at its end if
     there are none, or if not ``whole_hours``); the edges are read from runs."""
@@ -131,7 +131,7 @@ async def window_counters(
     """
     args = {
         # Buckets that cut hours cannot be made of hourly rollups.
-        **_range_args(project_id, window, whole_hours=not (bucket and bucket % HOUR)),
+        **range_args(project_id, window, whole_hours=not (bucket and bucket % HOUR)),
         "agent": agent_name,
         "size": int(bucket.total_seconds()) if bucket else 3600,
     }
@@ -193,7 +193,7 @@ async def duration_percentiles(
     sort of them all), from the histograms above.
     """
     key = "agent_name" if per_agent else "NULL::text"
-    args = _range_args(project_id, window)
+    args = range_args(project_id, window)
     if finished_runs <= request.app[appkeys.SETTINGS].exact_percentiles_up_to:
         rows = await (await conn.execute(_EXACT_PERCENTILES.format(key=key), args)).fetchall()
         return {name: (p50, p95) for name, p50, p95 in rows}

@@ -147,12 +147,16 @@ class ComparisonResponse(Struct):
     data: Comparison
 
 
+GroupBy = Literal["model", "agent"]
+Unit = Literal["hour", "day"]
+
+
 class CostTotal(Struct, kw_only=True):
     key: Annotated[str, Meta(description="The model or the agent")]
     cost_usd: Cost
     input_tokens: Count
     output_tokens: Count
-    calls: Annotated[int, Meta(ge=0, description="Model calls (group_by=model) or runs (agent)")]
+    calls: Annotated[int, Meta(ge=0, description="Model calls")]
 
 
 class CostPoint(Struct, kw_only=True):
@@ -162,14 +166,14 @@ class CostPoint(Struct, kw_only=True):
 
 
 class CostReport(Struct, kw_only=True):
-    group_by: Literal["model", "agent"]
-    bucket: Literal["hour", "day"]
+    group_by: GroupBy
+    bucket: Annotated[Unit, Meta(description="UTC hours or days")]
     since: Time
     until: Time
     totals: Annotated[list[CostTotal], Meta(description="Every key, the highest cost first")]
     series: Annotated[
         list[CostPoint],
-        Meta(description="Per bucket with any cost, the top 8 keys and other, by bucket_start"),
+        Meta(description="Per bucket with any calls: the top 8 keys, and other for the rest"),
     ]
 
 

@@ -14,7 +14,7 @@ from keelwave.server.http import params
 from keelwave.server.http.errors import not_found
 from keelwave.server.http.operations import ApiRoutes, Param
 from keelwave.server.http.responses import respond
-from keelwave.server.query import comparison, run_list, timeline
+from keelwave.server.query import comparison, cost, run_list, timeline
 from keelwave.server.query.fields import MODEL_CALL_FIELDS, RUN_FIELDS, STEP_FIELDS, step_json
 from keelwave.server.query.loops import LOOPS_SQL, RUN_EXISTS_SQL, loop_group
 from keelwave.server.query.plans import run_queries
@@ -39,6 +39,7 @@ include(routes, run_list.routes)
 # Before /runs/{run_id}, which would take "compare" for a run id.
 include(routes, comparison.routes)
 include(routes, timeline.routes)
+include(routes, cost.routes)  # the agents' cost, over the runs' model calls
 
 
 @routes.get(

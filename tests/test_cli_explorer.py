@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
-from conftest import make_project, query
+from conftest import make_project
 from serve_process import keelwave
 
 NOW = datetime.now(UTC).replace(microsecond=0)
@@ -19,6 +19,13 @@ TRACEBACK = (
     "Traceback (most recent call last):\n"
     '  File "agent.py", line 12, in fetch\n'
     "    raise TimeoutError('read timed out')\n"
+    "TimeoutError: read timed out"
+)
+
+STEP_TRACEBACK = (
+    "Traceback (most recent call last):\n"
+    '  File "tools.py", line 7, in fetch_url\n'
+    "    return http.get(url, timeout=5)\n"
     "TimeoutError: read timed out"
 )
 
@@ -95,8 +102,9 @@ def explorer(server, db_url):
         failed = NOW - timedelta(days=3)
         start(runs.failed, "support-agent", failed, tags=["prod"], metadata={"env": "staging"})
         step(runs.failed, failed, 1, 1, "fetch_url", {"url": "https://example.com"}, None,
-             error="TimeoutError: read timed out")  # fmt: skip
-        finish(runs.failed, failed, 8, "error", error="TimeoutError: read timed out")
+             error="TimeoutError: read timed out", error_traceback=STEP_TRACEBACK)  # fmt: skip
+        finish(runs.failed, failed, 8, "error", error="TimeoutError: read timed out",
+               error_traceback=TRACEBACK)  # fmt: skip
 
         looping = NOW - timedelta(minutes=30)
         start(runs.looping, "loop-agent", looping)
@@ -107,9 +115,6 @@ def explorer(server, db_url):
         finish(runs.looping, looping, 6, "loop_detected", loop_detected=True, loop_step_index=1)
 
         start(runs.open, "planner-agent", NOW - timedelta(minutes=5))
-    # The SDKs send a traceback on finish; set here so the test does not depend on one.
-    query(db_url, "UPDATE agent_runs SET error_traceback = %s WHERE id = %s RETURNING id",
-          (TRACEBACK, runs.failed))  # fmt: skip
     return project, runs
 
 
@@ -223,6 +228,8 @@ def test_runs_show_a_failed_run_with_its_traceback(server, explorer) -> None:
     assert result.returncode == 0, result.stderr
     assert "error        TimeoutError: read timed out" in result.stdout
     assert TRACEBACK in result.stdout
+    assert "step 1 (fetch_url) failed: TimeoutError: read timed out" in result.stdout
+    assert STEP_TRACEBACK in result.stdout  # the step's own, under the timeline
     assert "1 error" in result.stdout and "1 error(s)" not in result.stdout
 
 

@@ -17,7 +17,7 @@ from rich.text import Text
 from keelwave.cli.common import stdout
 from keelwave.remote import format as fmt
 from keelwave.remote import verdict, waterfall
-from keelwave.remote.timeline import Band, band_text
+from keelwave.remote.timeline import Band, band_text, name_of
 from keelwave.remote.timeline import legend as legend_of
 
 
@@ -134,6 +134,20 @@ def show_run(
     bands = [row.band for row in rows if row.band is not None]
     if legend := legend_of(bands):
         stdout.print(f"[dim]{legend}[/]")
+    _step_errors([step for band in bands for step in band.steps], run)
+
+
+def _step_errors(steps: list[dict[str, Any]], run: dict[str, Any]) -> None:
+    """Each failed step's error under the timeline, with its traceback when it has one of
+    its own (the run's was printed in the header)."""
+    for step in steps:
+        if not step.get("error"):
+            continue
+        stdout.print(Text(f"step {step['step_index']} ({name_of(step)}) failed: {step['error']}",
+                          style="red"))  # fmt: skip
+        traceback = step.get("error_traceback")
+        if traceback and traceback != run.get("error_traceback"):
+            stdout.print(Text(traceback.rstrip(), style="red dim"))
 
 
 def band_notes(band: Band) -> Text:

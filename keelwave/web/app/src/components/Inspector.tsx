@@ -7,11 +7,13 @@ import { CallItem, Selection, StepItem } from "../waterfall";
 
 export function Inspector(props: {
   selection: Selection | null; findings: Finding[]; runStart: number; onStep: (index: number) => void;
+  calls: CallItem[]; onCall: (call: CallItem) => void;
 }) {
   const { selection } = props;
   if (!selection) return <p className="muted">Select a step or a model call to see what went in and what came out.</p>;
   if (selection.kind === "call") return <CallInspector call={selection.call} runStart={props.runStart} onStep={props.onStep} />;
-  return <StepInspector step={selection.step} findings={props.findings} runStart={props.runStart} />;
+  const calls = props.calls.filter((call) => call.step_index === selection.step.step_index);
+  return <StepInspector step={selection.step} findings={props.findings} runStart={props.runStart} calls={calls} onCall={props.onCall} />;
 }
 
 const hasValue = (value: unknown) => value !== null && value !== undefined;
@@ -34,7 +36,7 @@ export function Traceback(props: { text: string | null | undefined; open?: boole
   );
 }
 
-function StepInspector(props: { step: StepItem; findings: Finding[]; runStart: number }) {
+function StepInspector(props: { step: StepItem; findings: Finding[]; runStart: number; calls: CallItem[]; onCall: (call: CallItem) => void }) {
   const { step } = props;
   return (
     <div>
@@ -50,6 +52,12 @@ function StepInspector(props: { step: StepItem; findings: Finding[]; runStart: n
       {hasValue(step.tool_input) && <><h3>input</h3><pre className="json">{JSON.stringify(step.tool_input, null, 2)}</pre></>}
       {hasValue(step.tool_output) && <><h3>output</h3><pre className="json">{JSON.stringify(step.tool_output, null, 2)}</pre></>}
       {step.content && <><h3>content</h3><pre>{step.content}</pre></>}
+      {props.calls.length > 0 && <>
+        <h3>model calls of this step</h3>
+        <ul className="step-calls">{props.calls.map((call) => (
+          <li key={call.id}><button className="linkish" onClick={() => props.onCall(call)}>{call.model}</button>{" "}
+            <span className="muted small">{fmt.tokens(call.input_tokens)} → {fmt.tokens(call.output_tokens)} tokens · {fmt.money(call.cost_usd)}</span></li>))}</ul>
+      </>}
       {step.fingerprint && <p className="muted small mono">fingerprint {step.fingerprint}</p>}
     </div>
   );

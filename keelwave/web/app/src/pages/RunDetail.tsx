@@ -8,7 +8,7 @@ import { AlertEvent, Bell, DeliveryCell, EventState, EventValue, When } from "..
 import { AxisScale, Legend, Waterfall } from "../components/Waterfall";
 import { Inspector, Traceback } from "../components/Inspector";
 import { Finding, LABELS, SYMBOLS, beganAt, isLoopKind, kinds, loops, who } from "../verdict";
-import { Item, Selection, StepItem, axisOf, failingStep, loadTimeline, rowsOf, stepKey } from "../waterfall";
+import { CallItem, Item, Selection, StepItem, axisOf, callKey, failingStep, loadTimeline, rowsOf, stepKey } from "../waterfall";
 
 const LIVE_MS = 3000;  // how often a running run is read again
 
@@ -127,7 +127,9 @@ export function RunDetail(props: { me: Me; runId: string }) {
         </div>
         <aside className="inspector" aria-label="Step inspector">
           <h2>{selected?.kind === "call" ? "Model call" : "Step"}</h2>
-          <Inspector selection={selected} findings={findings} runStart={axis.start} onStep={selectStep} />
+          <Inspector selection={selected} findings={findings} runStart={axis.start} onStep={selectStep}
+            calls={(items ?? []).filter((item): item is CallItem => item.kind === "model_call")}
+            onCall={(call) => setSelected({ kind: "call", call, key: callKey(call) })} />
         </aside>
       </div>
       <RunData run={r} />

@@ -44,3 +44,18 @@ export function Status(props: { run: { status: string; termination_reason: strin
   const tone = reason === "clean" ? "good" : reason === "error" || reason === "loop_detected" ? "bad" : "warn";
   return <span className={`status ${tone}`} title={reason}>{SHORT[reason] ?? reason}</span>;
 }
+
+// A share of a whole as a bar. Not <meter>: the browser paints that green, and green
+// here means a clean run only. `tone` colours it when the share is a verdict.
+export function ShareBar(props: { value: number; max: number; label: string; tone?: "good" | "bad" | "warn" }) {
+  const percent = props.max > 0 ? Math.min(100, (props.value / props.max) * 100) : 0;
+  return (
+    <span className="share" role="meter" aria-label={props.label} aria-valuemin={0} aria-valuemax={props.max} aria-valuenow={props.value}>
+      <span className={`fill ${props.tone ?? ""}`} ref={(el) => { if (el) el.style.width = `${percent}%`; }} />
+    </span>
+  );
+}
+
+// How a run ended, as a colour: clean green, an error or a loop red, any other ending amber.
+export const endingTone = (reason: string | null): "good" | "bad" | "warn" | undefined =>
+  reason === "clean" ? "good" : reason === "error" || reason === "loop_detected" ? "bad" : reason ? "warn" : undefined;

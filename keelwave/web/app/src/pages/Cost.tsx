@@ -5,7 +5,7 @@ import { Me, agentPath } from "../api";
 import { useApi } from "../useApi";
 import * as fmt from "../format";
 import { Link } from "../router";
-import { Loading, Problem } from "../components/bits";
+import { Loading, Problem, ShareBar } from "../components/bits";
 
 const WINDOWS: [string, number, "hour" | "day"][] = [["24h", 86400, "hour"], ["7d", 7 * 86400, "day"], ["30d", 30 * 86400, "day"]];
 // Categories, not verdicts: blues, violets and teals, never the red, amber or green
@@ -71,7 +71,7 @@ function CostView(props: { data: { totals: Total[]; series: Point[] }; groupBy: 
               <td><span className="swatch" ref={(el) => { if (el) el.style.background = colour.get(row.key) ?? OTHER; }} />
                 {props.groupBy === "agent" ? <Link to={`/runs?agent_name=${encodeURIComponent(row.key)}`}>{row.key}</Link> : row.key}</td>
               <td className="num">{fmt.money(row.cost_usd)}</td>
-              <td className="barcell"><meter min={0} max={sum || 1} value={row.cost_usd} /></td>
+              <td className="barcell"><ShareBar value={row.cost_usd} max={sum} label={`${row.key}: ${fmt.money(row.cost_usd)} of ${fmt.money(sum)}`} /></td>
               <td className="num">{row.calls}</td>
               <td className="num">{fmt.tokens(row.input_tokens)}</td>
               <td className="num">{fmt.tokens(row.output_tokens)}</td>

@@ -3,7 +3,7 @@ import { Me, agentPath } from "../api";
 import { useApi } from "../useApi";
 import * as fmt from "../format";
 import { RunsChart } from "../components/Chart";
-import { Loading, Problem } from "../components/bits";
+import { Loading, Problem, ShareBar, endingTone } from "../components/bits";
 import { Link } from "../router";
 import { KINDS, LABELS, SYMBOLS, isLoopKind } from "../verdict";
 
@@ -106,7 +106,7 @@ function Terminations(props: { rows: { termination_reason: string | null; count:
           <tr key={row.termination_reason ?? "open"}>
             <td>{row.termination_reason ?? "not finished yet"}</td>
             <td className="num">{row.count}</td>
-            <td className="barcell"><meter min={0} max={total} value={row.count} /></td>
+            <td className="barcell"><ShareBar value={row.count} max={total} label={`${row.termination_reason ?? "not finished yet"}: ${row.count} of ${total}`} tone={endingTone(row.termination_reason)} /></td>
           </tr>
         ))}
       </tbody>

@@ -7,7 +7,7 @@ Create Date: 2026-12-03
 * ``projects.redaction_patterns``: regular expressions (Python syntax) whose
   matches the server replaces with ``"[REDACTED]"`` in this project's payloads
   before they are stored, on top of the built-in rules
-  (keelwave/server/ingest/redaction.py). Set with ``PATCH /v1/projects/{p}``
+  (keelwave/server/redaction.py). Set with ``PATCH /v1/projects/{p}``
   (``{"redaction_patterns": [...]}``) or ``keelwave projects set-redaction``.
   Empty by default: the built-in rules alone.
 """

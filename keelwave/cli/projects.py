@@ -137,7 +137,7 @@ def set_redaction(
         keelwave projects set-redaction shop 'CUST-[0-9]{6}'
     """
     from keelwave.db import projects as store
-    from keelwave.server.ingest.redaction import InvalidPattern
+    from keelwave.server.redaction import InvalidPattern
 
     with key_database(database_url, data_dir) as conn:
         try:
@@ -152,7 +152,7 @@ def set_redaction(
         return
     stdout.print(
         f"Project [bold]{row['name']}[/] is redacted by the built-in rules and "
-        f"{_redaction(row['redaction_patterns'])[len('built-in + '):]}:"
+        f"{_redaction(row['redaction_patterns'])[len('built-in + ') :]}:"
     )
     for pattern in row["redaction_patterns"]:
         stdout.print(f"  {pattern}", markup=False, highlight=False)

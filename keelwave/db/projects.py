@@ -2,7 +2,7 @@
 
 A project's ``retention_days`` (NULL: keep forever) is enforced by ``serve``
 (keelwave/server/store/retention.py); its ``redaction_patterns`` are applied by
-the server before anything of the project is stored (server/ingest/redaction.py).
+the server before anything of the project is stored (server/server/redaction.py).
 ``PATCH /v1/projects/{p}`` sets both too.
 """
 
@@ -45,8 +45,9 @@ def set_retention(conn: psycopg.Connection, project: str, days: int | None) -> d
             "RETURNING id::text AS id, name, retention_days",
             (days, project, project),
         ).fetchone()
-    if row is None:
-        raise UnknownProject(f"no project named {project!r} (see `keelwave projects list`)")
+        if row is None:
+            raise UnknownProject(f"no project named {project!r} (see `keelwave projects list`)")
+        cur.execute(f"NOTIFY {KEYS_CHANNEL}")  # ingest reads the period with the key
     return row
 
 
@@ -56,7 +57,7 @@ def set_redaction(conn: psycopg.Connection, project: str, patterns: list[str]) -
 
     Every server's key cache is told (the rules travel with a key's Principal), so the
     patterns apply to the next request whichever server takes it."""
-    from keelwave.server.ingest.redaction import check_patterns
+    from keelwave.server.redaction import check_patterns
 
     patterns = check_patterns(patterns)
     with conn.cursor(row_factory=dict_row) as cur:

@@ -25,8 +25,8 @@ from aiohttp import web
 from psycopg_pool import AsyncConnectionPool
 
 from keelwave.db.keys import KEY_PREFIX, KEYS_CHANNEL, hash_key
-from keelwave.server.ingest.redaction import BUILTIN, ServerRedaction, for_patterns
 from keelwave.server.http.errors import ApiError
+from keelwave.server.redaction import BUILTIN, ServerRedaction, for_patterns
 
 log = logging.getLogger("keelwave.auth")
 
@@ -44,8 +44,10 @@ class Principal:
     project: str
     scope: str
     project_uuid: uuid.UUID  # project_id as the writer's binary COPY takes it
-    # The project's redaction rules (ingest/redaction.py), cached with the key.
+    # The project's redaction rules (server/redaction.py), cached with the key.
     redaction: ServerRedaction = BUILTIN
+    # The project's retention period (None: forever): ingest stores nothing older.
+    retention_days: int | None = None
 
 
 class KeyStore:
@@ -85,7 +87,7 @@ class KeyStore:
             row = await (
                 await conn.execute(
                     "SELECT k.id::text, k.project_id::text, p.name, k.scope, k.revoked_at, "
-                    "p.redaction_patterns "
+                    "p.redaction_patterns, p.retention_days "
                     "FROM api_keys k JOIN projects p ON p.id = k.project_id "
                     "WHERE k.key_hash = %s",
                     (digest,),
@@ -96,7 +98,7 @@ class KeyStore:
         if row[4] is not None:
             raise _unauthorized("this API key has been revoked")
         principal = Principal(
-            row[0], row[1], row[2], row[3], uuid.UUID(row[1]), for_patterns(tuple(row[5]))
+            row[0], row[1], row[2], row[3], uuid.UUID(row[1]), for_patterns(tuple(row[5])), row[6]
         )
         if self._ttl > 0:
             self._cache[digest] = (now + self._ttl, principal)

@@ -21,7 +21,6 @@ from keelwave.server.http.operations import ApiRoutes
 from keelwave.server.http.responses import json_response
 from keelwave.server.ingest.fingerprint import fingerprint
 from keelwave.server.ingest.pricing import PriceTable
-from keelwave.server.ingest.redaction import ServerRedaction
 from keelwave.server.ingest.schemas import (
     CallsAccepted,
     CallsAcceptedResponse,
@@ -47,6 +46,7 @@ from keelwave.server.ingest.schemas import (
     payload_as_sent,
     timestamp,
 )
+from keelwave.server.redaction import ServerRedaction
 from keelwave.server.store.lifecycle import Finish, finish_run, finish_runs
 from keelwave.server.store.writer import (
     DatabaseRefused,
@@ -195,7 +195,10 @@ async def finish(request: web.Request) -> web.Response:
     run_id = params.run_id_of(request)
     body: RunFinish = decode(await _body(request), RunFinish)
     found = await finish_run(
-        request.app[appkeys.POOL], principal.project_id, run_id, _finish_of(body, datetime.now(UTC), principal.redaction)
+        request.app[appkeys.POOL],
+        principal.project_id,
+        run_id,
+        _finish_of(body, datetime.now(UTC), principal.redaction),
     )
     if not found:
         raise not_found(f"run {run_id}")
@@ -236,7 +239,7 @@ async def ingest_steps(request: web.Request) -> web.Response:
                 step.step_index,
                 step.step_type,
                 step.tool_name,
-                # Stored redacted; fingerprinted as sent (ingest/redaction.py).
+                # Stored redacted; fingerprinted as sent (server/redaction.py).
                 rules.json_payload(payload_as_sent(step.tool_input)),
                 rules.json_payload(payload_as_sent(step.tool_output)),
                 rules.text(clean_text(step.content)),

@@ -31,7 +31,7 @@ from typing import Annotated, Any
 import msgspec
 from msgspec import Meta
 
-from keelwave.server.ingest.redaction import ServerRedaction
+from keelwave.server.redaction import ServerRedaction
 from keelwave.server.store import statements
 from keelwave.server.store.lifecycle import Finish
 

@@ -15,12 +15,12 @@ from aiohttp import web
 from psycopg.rows import dict_row
 
 from keelwave.db.keys import KEYS_CHANNEL
+from keelwave.server import redaction
 from keelwave.server.http import appkeys, params
 from keelwave.server.http.auth import READ
 from keelwave.server.http.errors import ApiError, not_found
 from keelwave.server.http.operations import ApiRoutes, Param
 from keelwave.server.http.responses import respond
-from keelwave.server.ingest import redaction
 from keelwave.server.ingest.schemas import check_name, decode
 from keelwave.server.lifecycle.schemas import (
     DeletedResponse,
@@ -144,7 +144,9 @@ async def change_project(request: web.Request) -> web.Response:
                 "UPDATE projects SET redaction_patterns = %s WHERE id = %s",
                 (patterns, project_id),
             )
-            # The rules travel with each key's cached Principal: every server forgets them.
+        if change != ProjectChange():
+            # Rules and retention travel with each key's cached Principal: every server
+            # forgets them, and reads them again at the next request.
             await conn.execute(f"NOTIFY {KEYS_CHANNEL}")
     return respond(ProjectResponse, {"data": await _settings(request, project_id)})
 

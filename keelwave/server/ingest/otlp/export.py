@@ -23,7 +23,7 @@ from keelwave.server.http.errors import REFUSED_RETRY_AFTER, refused
 from keelwave.server.ingest.otlp import decode, stored
 from keelwave.server.ingest.otlp.projection import projection
 from keelwave.server.ingest.pricing import PriceTable
-from keelwave.server.ingest.redaction import BUILTIN, ServerRedaction
+from keelwave.server.redaction import BUILTIN, ServerRedaction
 from keelwave.server.store import refusals, traces
 
 log = logging.getLogger("keelwave.otlp")

@@ -15,9 +15,9 @@ import dataclasses
 
 import msgspec
 
-from keelwave.server.ingest.redaction import BUILTIN, ServerRedaction
 from keelwave.server.ingest.otlp import conventions as c
 from keelwave.server.ingest.otlp.decode import Span
+from keelwave.server.redaction import BUILTIN, ServerRedaction
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(Span)
@@ -25,7 +25,7 @@ _decoder = msgspec.msgpack.Decoder(Span)
 
 def encode(span: Span, rules: ServerRedaction = BUILTIN) -> bytes:
     """The stored form of ``span``, its secrets redacted by the project's ``rules``
-    (ingest/redaction.py); raises
+    (server/redaction.py); raises
     OverflowError or TypeError for values msgpack cannot hold (an integer beyond 64
     bits)."""
     if span.parent_span_id is not None and c.role(span) == c.OTHER:

@@ -206,3 +206,27 @@ async def test_keepers_of_several_servers_share_the_work_and_count_each_run_once
         (uuid.UUID(project.id), uuid.UUID(project.id)),
     )
     assert counted == expected == 40
+
+
+async def test_calls_that_differ_only_in_a_secret_are_no_loop_as_loops_says(
+    api: Api, project: Project, db_url: str
+) -> None:
+    """The server stores both inputs redacted, alike; they were different calls as sent,
+    and the verdict says what /loops says (both go by the fingerprint of the bytes as
+    sent): no loop. The same call twice is one."""
+    run_id = await start(api, project)
+    calls = [("login", {"user": "ann", "password": password}, None)
+             for password in ("first-secret", "second-secret", "third-secret")]  # fmt: skip
+    await steps(api, project, run_id, calls)
+    await finish(api, project, run_id)
+    data = await judged(api, project, db_url, run_id, 3)
+    loops = await get(api, project, f"/agent/runs/{run_id}/loops")
+    assert loops["data"] == []
+    assert data["detected_loop"] is False and "exact_loop" not in data["findings"]
+    findings = await get(api, project, f"/agent/runs/{run_id}/findings")
+    assert [f["kind"] for f in findings["data"]] == ["near_duplicate"]  # alike once redacted
+
+    again = await start(api, project)
+    await steps(api, project, again, [calls[0], calls[0]])
+    data = await judged(api, project, db_url, again, 2)
+    assert data["detected_loop"] is True and data["findings"] == ["exact_loop"]

@@ -7,10 +7,12 @@ defines them, each with its threshold and the reason for it:
 ``exact_loop``
     The same tool with byte-identical input, 2 or more times: exactly the
     ``/loops`` groups (the spec's loop), also where a cycle covers them. The key
-    is ``(tool_name, tool_input or b"")``, which is what the fingerprint of record
-    ``sha256(tool_name || 0x00 || tool_input)`` hashes (a missing input hashes as
-    an empty one); comparing the bytes themselves is the same grouping without
-    hashing. Steps without a tool are never part of one.
+    is the fingerprint of record, ``sha256(tool_name || 0x00 || tool_input)`` over
+    the bytes *as sent*, when the step has one (every stored step does): the
+    stored input may be redacted, and two calls that differed only in a secret
+    are two calls, as ``/loops`` says. Without one (steps built by hand), the
+    bytes themselves, ``(tool_name, tool_input or b"")``, the same grouping
+    without hashing. Steps without a tool are never part of one.
 
 ``cycle``
     k ≥ 2 distinct calls (by fingerprint) repeated back to back at least twice,
@@ -104,6 +106,9 @@ class StepView:
     tool_name: str | None
     tool_input: bytes | None = None
     tool_output: bytes | None = None
+    # sha256(tool_name || 0x00 || tool_input as sent): which calls are the same call.
+    # The stores leave tool_input out where no detector reads it (store/verdicts.py).
+    fingerprint: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,11 +137,16 @@ def findings(steps: Sequence[StepView]) -> list[Finding]:
     """Every finding on the run, ordered by where it began (module docstring)."""
     calls = sorted((s for s in steps if s.tool_name is not None), key=lambda s: s.step_index)
     inputs = [_bytes(s.tool_input) for s in calls]
+    # Which calls are the same call: by fingerprint (as sent), else by the bytes.
+    same = [
+        s.fingerprint if s.fingerprint is not None else raw
+        for s, raw in zip(calls, inputs, strict=True)
+    ]
     found = [
-        *exact_loops(calls, inputs),
-        *cycles(calls, inputs),
-        *near_duplicates(calls, inputs),
-        *no_progress(calls, inputs),
+        *exact_loops(calls, same),
+        *cycles(calls, same),
+        *near_duplicates(calls, inputs, same),
+        *no_progress(calls, same),
     ]
     found.sort(key=lambda f: (f.began_at_step, KINDS.index(f.kind), f.step_indices))
     return found
@@ -189,8 +199,12 @@ def cycles(calls: Sequence[StepView], inputs: Sequence[bytes]) -> list[Finding]:
     return found
 
 
-def near_duplicates(calls: Sequence[StepView], inputs: Sequence[bytes]) -> list[Finding]:
-    """Three or more calls of one tool with the same normalised input, not all identical."""
+def near_duplicates(
+    calls: Sequence[StepView], inputs: Sequence[bytes], same: Sequence[bytes] | None = None
+) -> list[Finding]:
+    """Three or more calls of one tool with the same normalised input, not all the same
+    call (``same``: which calls are, by fingerprint; default: by input bytes)."""
+    same = inputs if same is None else same
     keys: dict[bytes, str] = {}
     groups: dict[tuple[str, str], list[int]] = defaultdict(list)
     per_tool: dict[str, list[int]] = defaultdict(list)
@@ -212,15 +226,15 @@ def near_duplicates(calls: Sequence[StepView], inputs: Sequence[bytes]) -> list[
     for (tool, _), positions in groups.items():
         if len(positions) < NEAR_DUPLICATE_MIN_CALLS:
             continue
-        distinct = {inputs[p] for p in positions}
-        if len(distinct) < 2:
+        if len({same[p] for p in positions}) < 2:
             continue
-        only_format = len({normalise.formatting_key(raw or None) for raw in distinct}) == 1
-        how = (
-            "whitespace, key order or case"
-            if only_format
-            else "volatile values (timestamps, ids, tokens) or formatting"
-        )
+        distinct = {inputs[p] for p in positions}
+        if len(distinct) == 1:  # alike as stored: what told them apart was redacted
+            how = "values that were redacted (secrets)"
+        elif len({normalise.formatting_key(raw or None) for raw in distinct}) == 1:
+            how = "whitespace, key order or case"
+        else:
+            how = "volatile values (timestamps, ids, tokens) or formatting"
         found.append(
             Finding(
                 "near_duplicate",
@@ -235,7 +249,8 @@ def near_duplicates(calls: Sequence[StepView], inputs: Sequence[bytes]) -> list[
 
 
 def no_progress(calls: Sequence[StepView], inputs: Sequence[bytes]) -> list[Finding]:
-    """Stretches of consecutive calls of one tool with the same result, for 3+ inputs."""
+    """Stretches of consecutive calls of one tool with the same result, for 3+ inputs
+    (``inputs``: what tells calls apart, fingerprints or bytes)."""
     outputs: dict[tuple[bytes, bool], str | None] = {}
     found: list[Finding] = []
     run: list[int] = []  # positions in ``calls``: one tool, one (informative) output

@@ -13,7 +13,7 @@ import base64
 
 from aiohttp import web
 
-from keelwave.server.findings import StepView, findings
+from keelwave.server.findings import findings
 from keelwave.server.http import appkeys
 from keelwave.server.http.auth import ANY, READ
 from keelwave.server.http.errors import not_found
@@ -22,6 +22,7 @@ from keelwave.server.http.params import project_of, run_id_of
 from keelwave.server.http.responses import respond
 from keelwave.server.query.plans import run_queries
 from keelwave.server.query.schemas import FindingsResponse, LoopGroup, LoopsResponse, MeResponse
+from keelwave.server.store.verdicts import CALLS_OF_RUN, step_view
 
 routes = ApiRoutes("query")
 
@@ -83,11 +84,8 @@ def loop_group(row: tuple) -> LoopGroup:
     return LoopGroup(base64.b64encode(fingerprint).decode("ascii"), hits, step_indices, tool_name)
 
 
-STEPS_FOR_FINDINGS_SQL = """
-SELECT step_index, tool_name, tool_input::text, tool_output::text
-FROM agent_steps WHERE project_id = %s AND run_id = %s
-ORDER BY step_index
-"""
+# The calls as the server's verdicts read them (store/verdicts.py), so the two agree.
+STEPS_FOR_FINDINGS_SQL = CALLS_OF_RUN.format(project="%s", run="%s")
 
 
 @routes.get(
@@ -105,12 +103,5 @@ async def run_findings(request: web.Request) -> web.Response:
         rows = await queries.rows(STEPS_FOR_FINDINGS_SQL, (project_id, run_id))
         if not rows and not (await queries.row(RUN_EXISTS_SQL, {"p": project_id, "r": run_id}))[0]:
             raise not_found(f"run {run_id}")
-    steps = [
-        StepView(index, tool, _utf8(tool_input), _utf8(tool_output))
-        for index, tool, tool_input, tool_output in rows
-    ]
+    steps = [step_view(*row) for row in rows]
     return respond(FindingsResponse, {"data": [f.as_dict() for f in findings(steps)]})
-
-
-def _utf8(text: str | None) -> bytes | None:
-    return text.encode() if text is not None else None

@@ -46,6 +46,7 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from keelwave.server.findings import Finding, StepView, findings
+from keelwave.server.findings.detectors import NEAR_DUPLICATE_MIN_CALLS, NO_PROGRESS_MIN_CALLS
 from keelwave.server.store import statements
 from keelwave.server.store.periodic import woken
 
@@ -70,19 +71,38 @@ SELECT project_id, id,
 FROM agent_runs WHERE verdict_steps <> step_count
 ORDER BY last_activity_at LIMIT %s
 """
-# The runs' step counts and every step, from one snapshot: the steps are those counted.
-READ = """
+# What the detectors read of a run's tool calls (findings/detectors.py): the
+# fingerprint, which says which calls are the same call, always; the input only where
+# a near-duplicate is possible (a tool called 3+ times in the run), the output only
+# where a stretch without progress is (3+ consecutive calls of one tool). Payloads are
+# the bulk of a step, and most of them need not leave the database.
+assert NEAR_DUPLICATE_MIN_CALLS == NO_PROGRESS_MIN_CALLS == 3  # the SQL below says 3
+CALLS_OF_RUN = """
+SELECT s.step_index, s.tool_name, s.input_fingerprint,
+       CASE WHEN s.tool_calls >= 3 THEN s.tool_input::text END,
+       CASE WHEN s.in_block THEN s.tool_output::text END
+FROM (
+    SELECT t.step_index, t.tool_name, t.input_fingerprint, t.tool_input, t.tool_output,
+           count(*) OVER (PARTITION BY t.tool_name) AS tool_calls,
+           (t.tool_name = lag(t.tool_name) OVER w AND t.tool_name = lag(t.tool_name, 2) OVER w)
+        OR (t.tool_name = lag(t.tool_name) OVER w AND t.tool_name = lead(t.tool_name) OVER w)
+        OR (t.tool_name = lead(t.tool_name) OVER w
+            AND t.tool_name = lead(t.tool_name, 2) OVER w) AS in_block
+    FROM agent_steps t
+    WHERE t.project_id = {project} AND t.run_id = {run} AND t.tool_name IS NOT NULL
+    WINDOW w AS (ORDER BY t.step_index)
+) s
+"""
+# The runs' step counts and their calls, from one snapshot: the steps are those counted.
+READ = f"""
 WITH k AS (
     SELECT * FROM unnest(%(projects)s::uuid[], %(ids)s::uuid[]) AS k (project_id, run_id)
 )
-SELECT r.project_id, r.id, r.step_count, NULL::int, NULL, NULL, NULL
+SELECT r.project_id, r.id, r.step_count, NULL::int, NULL, NULL::bytea, NULL, NULL
 FROM agent_runs r JOIN k ON r.project_id = k.project_id AND r.id = k.run_id
 UNION ALL
-SELECT s.project_id, s.run_id, NULL, s.step_index, s.tool_name, s.tool_input::text,
-       s.tool_output::text
-FROM k CROSS JOIN LATERAL (
-    SELECT * FROM agent_steps t WHERE t.project_id = k.project_id AND t.run_id = k.run_id
-) s
+SELECT k.project_id, k.run_id, NULL, c.*
+FROM k CROSS JOIN LATERAL ({CALLS_OF_RUN.format(project="k.project_id", run="k.run_id")}) c
 """
 _INPUT = """
     SELECT * FROM unnest(%(projects)s::uuid[], %(ids)s::uuid[], %(detected)s::boolean[],
@@ -119,6 +139,13 @@ def verdict(found: list[Finding]) -> Verdict:
     return bool(loops), (min(loops) if loops else None), kinds
 
 
+def step_view(
+    index: int, tool: str, fingerprint: bytes | None, tool_input: str | None, output: str | None
+) -> StepView:
+    """A row of CALLS_OF_RUN as the detectors read it."""
+    return StepView(index, tool, _utf8(tool_input), _utf8(output), fingerprint)
+
+
 def _utf8(text: str | None) -> bytes | None:
     return text.encode("utf-8", "surrogatepass") if text is not None else None
 
@@ -139,14 +166,11 @@ async def judge(
         keys = {"projects": [p for p, _ in due], "ids": [r for _, r in due]}
         counts: dict[Key, int] = {}
         steps: dict[Key, list[StepView]] = {}
-        for project, run, count, index, tool, tool_input, tool_output in await (
-            await conn.execute(READ, keys)
-        ).fetchall():
+        for project, run, count, *call in await (await conn.execute(READ, keys)).fetchall():
             if count is not None:
                 counts[(project, run)] = count
             else:
-                view = StepView(index, tool, _utf8(tool_input), _utf8(tool_output))
-                steps.setdefault((project, run), []).append(view)
+                steps.setdefault((project, run), []).append(step_view(*call))
     judged = await asyncio.to_thread(_judge_all, {key: steps.get(key, []) for key in counts})
     if not judged:
         return {}

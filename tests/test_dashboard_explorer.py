@@ -628,6 +628,30 @@ def test_a_running_run_shows_its_elapsed_time_and_grows(server, keys, key, page)
     expect(rows).to_have_count(2)  # read again while the run is running
 
 
+def test_a_long_run_is_read_page_after_page(server, keys, key, page) -> None:
+    """The page asks for the timeline 1,000 items at a time: 1,203 steps take two pages."""
+    run_id = str(uuid.uuid4())
+    with httpx.Client(
+        base_url=server.url, headers={"Authorization": f"Bearer {keys['ingest']}"}
+    ) as http:
+        http.post(
+            "/v1/ingest/agent/runs", json={"id": run_id, "agent_name": "long-agent"}
+        ).raise_for_status()
+        steps = [
+            {"run_id": run_id, "step_index": n, "tool_name": f"tool_{n % 7}",
+             "tool_input": {"page": n}, "tool_output": {"rows": n}, "duration_ms": 5}
+            for n in range(1, 1204)
+        ]  # fmt: skip
+        http.post("/v1/ingest/agent/steps", json=steps).raise_for_status()
+        http.post(
+            f"/v1/ingest/agent/runs/{run_id}/finish", json={"termination_reason": "clean"}
+        ).raise_for_status()
+    sign_in(page, server, key, f"/runs/{run_id}")
+    rows = page.locator("ol.timeline > li")
+    expect(rows).to_have_count(1203)
+    expect(rows.last).to_contain_text("1203")
+
+
 @pytest.mark.parametrize("scheme", ["light", "dark"])
 @pytest.mark.parametrize("size", [(1366, 900), (390, 844)])
 def test_screenshots_wide_and_narrow_light_and_dark(server, key, browser, scheme, size) -> None:

@@ -109,7 +109,9 @@ function StepPairs(props: { pairs: Pair[] }) {
         <thead><tr><th>difference</th><th>A</th><th>B</th><th>input</th></tr></thead>
         <tbody>{props.pairs.map((pair, n) => (
           <Fragment key={n}>
-            <tr className={`pair ${pair.status}`} aria-expanded={open === n} onClick={() => setOpen(open === n ? null : n)}>
+            <tr className={`pair ${pair.status}`} aria-expanded={open === n} tabIndex={0}
+              onClick={() => setOpen(open === n ? null : n)}
+              onKeyDown={(event) => { if (event.key === "Enter" || event.key === " ") { event.preventDefault(); setOpen(open === n ? null : n); } }}>
               <td><span className={`diff ${pair.status}`}>{DIFF_LABELS[pair.status] ?? pair.status}</span></td>
               <td className={pair.a?.error ? "bad" : undefined}>{label(pair.a)}</td>
               <td className={pair.b?.error ? "bad" : undefined}>{label(pair.b)}</td>

@@ -31,18 +31,19 @@ export function RunDetail(props: { me: Me; runId: string }) {
   useEffect(() => { setItems(null); setSelected(null); setItemsError(null); opened.current = null; }, [props.runId]);
   useEffect(() => { if (r) setRunning(r.status === "running"); }, [r?.status]);
 
-  // The timeline, once the run is known; again and again while it runs, so it grows.
+  // The timeline, once the run is known; while it runs, the run is read every few
+  // seconds and the timeline again whenever the run has moved (a new step or call, a
+  // child run, its end), so it grows without re-reading a quiet run's pages.
+  const moved = r ? [r.last_activity_at, r.step_count, r.llm_calls, r.ended_at, childRuns.join(",")].join("|") : null;
   useEffect(() => {
     if (!r) return;
     let cancelled = false;
-    const load = () => loadTimeline(props.me, props.runId, childRuns)
+    loadTimeline(props.me, props.runId, childRuns)
       .then((loaded) => { if (!cancelled) { setItems(loaded); setItemsError(null); setNow(Date.now()); } })
       .catch((error: Error) => !cancelled && setItemsError(error.message));
-    load();
-    const timer = running ? setInterval(load, LIVE_MS) : undefined;
-    return () => { cancelled = true; if (timer) clearInterval(timer); };
+    return () => { cancelled = true; };
     // eslint-disable-next-line react-hooks/exhaustive-deps
-  }, [props.runId, props.me, !!r, running, childRuns.join(",")]);
+  }, [props.runId, props.me, moved]);
 
   // A running run's elapsed time ticks every second.
   useEffect(() => {

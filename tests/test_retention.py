@@ -234,6 +234,40 @@ async def test_the_retention_api(api, db_url) -> None:
     ]
 
 
+async def test_steps_and_model_calls_older_than_the_retention_are_not_stored(
+    api, db_url
+) -> None:
+    """A step that comes after its run was deleted by retention (an agent resuming a
+    month-old run), or a model call sent without a run, is past the period when it
+    arrives: stored, it would belong to no run the enforcer looks at, and stay for good.
+    It is accepted and not stored; what is within the period is stored as always."""
+    project = make_project(db_url)
+    status, _, _ = await api.request(
+        "PATCH", f"/v1/projects/{project.id}", json={"retention_days": 30},
+        headers=project.auth(),
+    )  # fmt: skip
+    assert status == 200
+    gone_run, kept_run = str(uuid.uuid4()), str(uuid.uuid4())
+    old = (datetime.now(UTC) - timedelta(days=40)).isoformat()
+    recent = (datetime.now(UTC) - timedelta(days=10)).isoformat()
+    steps = [
+        {"run_id": gone_run, "step_index": 7, "tool_name": "t", "started_at": old},
+        {"run_id": kept_run, "step_index": 1, "tool_name": "t", "started_at": recent},
+    ]
+    status, body, _ = await api.post(
+        "/v1/ingest/agent/steps", json=steps, headers=project.auth("ingest")
+    )
+    assert (status, body["data"]["accepted"]) == (200, 2), body
+    calls = [{"provider": "openai", "model": "gpt-4o", "started_at": when} for when in (old, recent)]
+    status, body, _ = await api.post("/v1/ingest/ai", json=calls, headers=project.auth("ingest"))
+    assert status == 200 and body["data"]["accepted"] == 2, body
+    stored_steps = query(
+        db_url, "SELECT run_id::text FROM agent_steps WHERE project_id = %s", (project.id,)
+    )
+    assert stored_steps == [(kept_run,)]
+    assert counts(db_url, project.id)["model_calls"] == 1
+
+
 async def test_one_enforcer_at_a_time(db_url) -> None:
     async with AsyncConnectionPool(db_url, kwargs={"autocommit": True}, open=False) as pool:
         results = await asyncio.gather(*(retention.enforce(pool) for _ in range(4)))

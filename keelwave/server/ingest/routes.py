@@ -9,13 +9,13 @@ never reaches (or poisons) a shared batch.
 from __future__ import annotations
 
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from aiohttp import web
 
 from keelwave.protocol import TRACEBACK_STORED_MAX, bound_traceback
 from keelwave.server.http import appkeys, params
-from keelwave.server.http.auth import INGEST
+from keelwave.server.http.auth import INGEST, Principal
 from keelwave.server.http.errors import ApiError, not_found, refused, unavailable
 from keelwave.server.http.operations import ApiRoutes
 from keelwave.server.http.responses import json_response
@@ -94,6 +94,18 @@ async def write_rows(request: web.Request, **rows: list[tuple]) -> None:
         ) from None
     except RowsRejected as error:
         raise ApiError(422, "rejected", f"the database rejected this data: {error}") from None
+
+
+def retention_cutoff(principal: Principal, now: datetime) -> datetime | None:
+    """Steps and model calls that started before this are past the project's retention
+    when they arrive (an agent resuming a run that retention already deleted): they are
+    accepted and not stored. Stored, they would belong to no run the enforcer deletes,
+    and it sweeps such rows only from where its last round stopped (store/retention.py),
+    so they would stay for good. Runs are stored whatever their age: the enforcer finds
+    them, and their finish must not be a 404."""
+    if principal.retention_days is None:
+        return None
+    return now - timedelta(days=principal.retention_days)
 
 
 def _as_list(decoded: object) -> tuple[list, bool]:
@@ -217,6 +229,7 @@ async def ingest_steps(request: web.Request) -> web.Response:
     steps, is_array = _as_list(decode(await _body(request), STEPS_BODY))
     rules = principal.redaction
     now = datetime.now(UTC)
+    expired = retention_cutoff(principal, now)
     seen: set[tuple[int, int]] = set()  # (run id as UUID.int: hashed in C, step_index)
     rows = []
     for position, step in enumerate(steps):
@@ -232,6 +245,9 @@ async def ingest_steps(request: web.Request) -> web.Response:
                 field,
             )
         seen.add(identity)
+        started = timestamp(step.started_at, now)
+        if expired is not None and started < expired:
+            continue  # past the project's retention: see retention_cutoff
         rows.append(
             (
                 principal.project_uuid,
@@ -244,14 +260,14 @@ async def ingest_steps(request: web.Request) -> web.Response:
                 rules.json_payload(payload_as_sent(step.tool_output)),
                 rules.text(clean_text(step.content)),
                 fingerprint(step.tool_name, step.tool_input),
-                timestamp(step.started_at, now),
+                started,
                 step.duration_ms,
                 rules.text(clean_text(step.error)),
                 stored_traceback(step.error_traceback, rules),
             )
         )
     await write_rows(request, steps=rows)
-    return json_response(StepsAcceptedResponse(StepsAccepted(len(rows))))
+    return json_response(StepsAcceptedResponse(StepsAccepted(len(steps))))
 
 
 @routes.post(
@@ -267,6 +283,7 @@ async def ingest_model_calls(request: web.Request) -> web.Response:
     rules = principal.redaction
     now = datetime.now(UTC)
     prices = request.app[PRICES]
+    expired = retention_cutoff(principal, now)
     rows = []
     ids = []
     for position, call in enumerate(calls):
@@ -274,6 +291,9 @@ async def ingest_model_calls(request: web.Request) -> web.Response:
         check_name(call.model, "model", position if is_array else None)
         call_id = call.id or uuid.uuid4()
         ids.append(call_id)
+        started = timestamp(call.started_at, now)
+        if expired is not None and started < expired:
+            continue  # past the project's retention: see retention_cutoff
         rows.append(
             (
                 principal.project_uuid,
@@ -298,10 +318,10 @@ async def ingest_model_calls(request: web.Request) -> web.Response:
                 call.latency_ms,
                 call.status,
                 rules.text(clean_text(call.error)),
-                timestamp(call.started_at, now),
+                started,
                 rules.json_payload(payload_as_sent(call.input_messages)),
                 rules.json_payload(payload_as_sent(call.output_messages)),
             )
         )
     await write_rows(request, traces=rows)
-    return json_response(CallsAcceptedResponse(CallsAccepted(len(rows), ids)))
+    return json_response(CallsAcceptedResponse(CallsAccepted(len(ids), ids)))

@@ -60,7 +60,8 @@ def _seed(http: httpx.Client) -> dict[str, str]:
         for n, password in ((1, "hunter2-a"), (2, "hunter2-a"), (3, "hunter2-b"))
     ] + [
         {"run_id": runs["child"], "step_index": 1, "tool_name": "fetch", "tool_input": {"u": 1},
-         "error": "timeout after 30 s"},
+         "error": "timeout after 30 s",
+         "error_traceback": "Traceback (most recent call last):\n  ...\nTimeoutError"},
     ]  # fmt: skip
     body = json.dumps(steps).replace('"RAW"', raw_input)
     response = http.post(
@@ -69,7 +70,9 @@ def _seed(http: httpx.Client) -> dict[str, str]:
     assert response.status_code == 200, response.text
     calls = [
         {"run_id": looper, "step_index": 2, "provider": "openai", "model": "gpt-4o",
-         "input_tokens": 1200, "output_tokens": 80, "latency_ms": 900},
+         "input_tokens": 1200, "output_tokens": 80, "latency_ms": 900,
+         "input_messages": [{"role": "user", "content": "weather?"}],
+         "output_messages": [{"role": "assistant", "content": "search again"}]},
         {"run_id": runs["secretive"], "provider": "anthropic", "model": "claude-sonnet-4",
          "input_tokens": 300, "output_tokens": 20, "cost_usd": 0.0123, "status": "error",
          "error": "overloaded"},
@@ -79,7 +82,8 @@ def _seed(http: httpx.Client) -> dict[str, str]:
     finishes = {
         "looper": {"termination_reason": "loop_detected", "loop_detected": True,
                    "loop_step_index": 1, "output": {"answer": None}},
-        "secretive": {"termination_reason": "error", "error": "login refused"},
+        "secretive": {"termination_reason": "error", "error": "login refused",
+                      "error_traceback": "Traceback (most recent call last):\nPermissionError"},
         "child": {"termination_reason": "clean", "output": "done"},
     }  # fmt: skip
     for name, finish in finishes.items():
@@ -136,6 +140,9 @@ def test_a_project_moves_to_another_server_with_identical_loops(servers, tmp_pat
     # Told apart by the bytes as sent, though stored alike:
     assert [group["step_indices"] for group in before["secretive"]["loops"]] == [[1, 2]]
     assert before["secretive"]["steps"][2]["tool_input"]["password"] == "[REDACTED]"
+    assert before["secretive"]["run"]["error_traceback"].endswith("PermissionError")
+    assert before["child"]["steps"][0]["error_traceback"].endswith("TimeoutError")
+    assert before["looper"]["llm"][0]["output_messages"][0]["content"] == "search again"
 
     exported = tmp_path / "runs.jsonl"
     env = {"KEELWAVE_ENDPOINT": source.url, "KEELWAVE_API_KEY": mine.keys["read"]}

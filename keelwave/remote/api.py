@@ -41,13 +41,13 @@ class Api:
         query = {key: value for key, value in params.items() if value not in (None, [], ())}
         encoded = urllib.parse.urlencode(query, doseq=True)
         url = self.endpoint + path + ("?" + encoded if encoded else "")
-        request = urllib.request.Request(url, headers={"Authorization": f"Bearer {self._key}"})
+        request = urllib.request.Request(url, headers=self.authorization())
         return self._answer(request)
 
     def send(self, method: str, path: str, body: Any = None, timeout: float | None = None) -> Any:
         """POST, PATCH or DELETE ``path`` with a JSON ``body``; the whole JSON answer.
         ``timeout``: seconds to wait for it, if not the client's (a long deletion)."""
-        headers = {"Authorization": f"Bearer {self._key}"}
+        headers = self.authorization()
         data = None
         if body is not None:
             data = json.dumps(body).encode()
@@ -57,12 +57,16 @@ class Api:
         )
         return self._answer(request, timeout)
 
+    def authorization(self) -> dict[str, str]:
+        """The header that carries the key, for requests made another way (streamed)."""
+        return {"Authorization": f"Bearer {self._key}"}
+
     def _answer(self, request: urllib.request.Request, timeout: float | None = None) -> Any:
         try:
             with urllib.request.urlopen(request, timeout=timeout or self._timeout) as response:
                 return json.load(response)
         except urllib.error.HTTPError as error:
-            raise ApiError(_message(error), error.code) from None
+            raise ApiError(error_message(error), error.code) from None
         except (urllib.error.URLError, OSError) as error:
             reason = getattr(error, "reason", error)
             raise ApiError(
@@ -128,7 +132,8 @@ class Api:
         return matches[0]
 
 
-def _message(error: urllib.error.HTTPError) -> str:
+def error_message(error: urllib.error.HTTPError) -> str:
+    """The one line to show for an HTTP error answer (its JSON error's message)."""
     try:
         body = json.load(error)
         message = body["error"]["message"]

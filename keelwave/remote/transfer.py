@@ -19,8 +19,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, as_c
 from dataclasses import dataclass
 from typing import IO, Any
 
-from keelwave.remote.api import Api, ApiError
-from keelwave.remote.api import _message as error_message
+from keelwave.remote.api import Api, ApiError, error_message
 
 PART_LINES = 2000
 PART_BYTES = 4 * 1024 * 1024
@@ -135,8 +134,7 @@ def _open(
     content_type: str | None,
     timeout: float | None = 600.0,
 ):
-    # The key is the client's own: these requests are its, made another way (streamed).
-    headers = {"Authorization": f"Bearer {api._key}", "Accept-Encoding": "identity"}  # noqa: SLF001
+    headers = {**api.authorization(), "Accept-Encoding": "identity"}
     if content_type:
         headers["Content-Type"] = content_type
     request = urllib.request.Request(api.endpoint + path, data=data, headers=headers, method=method)

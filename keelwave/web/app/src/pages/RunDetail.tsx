@@ -163,7 +163,7 @@ function CompareWith(props: { me: Me; run: any }) {
   const choices = (others.data?.data ?? []).filter((other: any) => other.id !== props.run.id);
   if (!choices.length) return null;
   return (
-    <select aria-label="Compare with" value="" onChange={(event) => event.target.value && navigate(`/compare?a=${props.run.id}&b=${event.target.value}`)}>
+    <select aria-label="Compare with" className="compare-with" value="" onChange={(event) => event.target.value && navigate(`/compare?a=${props.run.id}&b=${event.target.value}`)}>
       <option value="">Compare with…</option>
       {choices.map((other: any) => (
         <option key={other.id} value={other.id}>{fmt.shortId(other.id)} · {fmt.whenShort(other.started_at)} · {other.termination_reason ?? other.status}</option>

@@ -45,26 +45,42 @@ _AFTER = {
     "after": "started_at >= %(c_started)s::timestamptz",
 }
 
+# The run's steps are found by agent_steps_run_idx alone: by its start, the planner
+# would rather walk agent_steps_recent_idx, every project's steps of the time, and
+# keep the run's. One range scan reads the run's (step_index, started_at,
+# fingerprint) into a narrow materialised set; the page's keys and the fingerprints'
+# counts come from it, and the page's rows are then fetched by (run, step_index).
+_QUALIFIED_STEP_FIELDS = ", ".join(f"s.{name.strip()}" for name in STEP_FIELDS.split(","))
 _STEPS = f"""
-WITH page AS (
-    SELECT {STEP_FIELDS} FROM agent_steps
-    WHERE project_id = %(project)s AND run_id = %(run)s AND {{after}}
+WITH run_steps AS MATERIALIZED (
+    SELECT step_index, started_at, input_fingerprint FROM agent_steps
+    WHERE project_id = %(project)s AND run_id = %(run)s
+), page AS (
+    SELECT step_index FROM run_steps WHERE {{after}}
     ORDER BY started_at, step_index
     LIMIT %(limit)s
 ), hits AS (
-    SELECT input_fingerprint, count(*) AS hits FROM agent_steps
-    WHERE project_id = %(project)s AND run_id = %(run)s
-      AND input_fingerprint IN (SELECT input_fingerprint FROM page)
+    SELECT input_fingerprint, count(*) AS hits FROM run_steps
+    WHERE input_fingerprint IS NOT NULL
     GROUP BY input_fingerprint
 )
-SELECT page.*, coalesce(hits.hits, 1) AS fingerprint_hits
-FROM page LEFT JOIN hits USING (input_fingerprint)
-ORDER BY started_at, step_index
+SELECT {_QUALIFIED_STEP_FIELDS}, coalesce(hits.hits, 1) AS fingerprint_hits
+FROM page
+JOIN agent_steps s ON s.project_id = %(project)s AND s.run_id = %(run)s
+                  AND s.step_index = page.step_index
+LEFT JOIN hits ON hits.input_fingerprint = s.input_fingerprint
+ORDER BY s.started_at, s.step_index
 """
 
+# The same for model calls, whose rows are narrower: the run's calls (OFFSET 0 keeps
+# the planner from reading them by time through ai_traces_recent_idx), sorted.
 _MODEL_CALLS = f"""
-SELECT {MODEL_CALL_FIELDS} FROM ai_traces
-WHERE project_id = %(project)s AND run_id = %(run)s AND {{after}}
+SELECT * FROM (
+    SELECT {MODEL_CALL_FIELDS} FROM ai_traces
+    WHERE project_id = %(project)s AND run_id = %(run)s
+    OFFSET 0
+) calls
+WHERE {{after}}
 ORDER BY started_at, id
 LIMIT %(limit)s
 """

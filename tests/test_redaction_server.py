@@ -98,7 +98,9 @@ async def test_secrets_in_otlp_spans_are_not_stored(api: Api, project: Project, 
                         attr("gen_ai.tool.name", "fetch"),
                         attr("gen_ai.tool.call.arguments",
                              json.dumps({"url": "https://x.dev", "api_key": SECRETS[3]})),
-                        attr("http.request.header.authorization", f"Bearer {SECRETS[2]}")]}
+                        attr("http.request.header.authorization", f"Bearer {SECRETS[2]}"),
+                        # JSON in a string, a secret under a key of it: not credential-shaped
+                        attr("tool.config", json.dumps({"db": {"password": "correct-horse"}}))]}
         for n in (1, 2)
     ]  # fmt: skip
     export = {"resourceSpans": [{"resource": {"attributes": [attr("deploy.token", SECRETS[1])]},
@@ -110,7 +112,7 @@ async def test_secrets_in_otlp_spans_are_not_stored(api: Api, project: Project, 
     ) as response:
         assert response.status == 200
     text = stored_text(db_url, project.id)
-    for secret in SECRETS:
+    for secret in (*SECRETS, "correct-horse"):
         assert secret not in text, secret
     [(run_id,)] = query(
         db_url, "SELECT id FROM agent_runs WHERE project_id = %s", (uuid.UUID(project.id),)

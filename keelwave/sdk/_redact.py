@@ -298,6 +298,11 @@ class Redaction:
 
     # -- the screen --------------------------------------------------------------------
 
+    def may_hold_secret(self, text: str) -> bool:
+        """False only when redacting ``text`` (JSON, or plain text) would change nothing:
+        no rule can match in it. The server screens span attributes with this."""
+        return self._walk_always or self._may_hold_secret(text)
+
     def _may_hold_secret(self, text: str) -> bool:
         """False only when no rule can match anywhere in ``text`` (canonical JSON)."""
         short = len(text) < _SHORT_TEXT

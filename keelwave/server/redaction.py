@@ -103,6 +103,10 @@ class ServerRedaction:
             return "[REDACTED]"
         if isinstance(value, str):
             if value.lstrip()[:1] in ("{", "["):
+                # Prompts and tool arguments: most hold nothing to redact, which the
+                # screen tells without parsing them (it is sound for JSON and for text).
+                if not rules.may_hold_secret(value):
+                    return value
                 try:
                     json.loads(value)
                 except ValueError:
@@ -110,7 +114,8 @@ class ServerRedaction:
                 return rules.redact_json(value)
             return rules.redact_text(value)
         if isinstance(value, dict | list):
-            return json.loads(rules.redact_json(json.dumps(value)))
+            text = json.dumps(value)
+            return json.loads(rules.redact_json(text)) if rules.may_hold_secret(text) else value
         return value
 
 

@@ -61,13 +61,14 @@ def check(spans: list[decode.Span], rules: ServerRedaction = BUILTIN) -> Accepte
     """Keep the spans that can be stored; count and say why the others cannot."""
     kept: dict[tuple[bytes, bytes], tuple[bytes, bytes, bytes]] = {}
     problems: dict[str, int] = {}
+    resources: dict[int, dict] = {}  # redacted once per resource (stored.encode)
     for span in spans:
         problem = _problem(span)
         if problem is None:
             try:
                 kept.setdefault(
                     (span.trace_id, span.span_id),
-                    (span.trace_id, span.span_id, stored.encode(span, rules)),
+                    (span.trace_id, span.span_id, stored.encode(span, rules, resources)),
                 )
                 continue
             except (OverflowError, TypeError, ValueError):

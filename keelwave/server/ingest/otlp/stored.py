@@ -23,23 +23,33 @@ _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(Span)
 
 
-def encode(span: Span, rules: ServerRedaction = BUILTIN) -> bytes:
+def encode(
+    span: Span, rules: ServerRedaction = BUILTIN, resources: dict[int, dict] | None = None
+) -> bytes:
     """The stored form of ``span``, its secrets redacted by the project's ``rules``
-    (server/redaction.py); raises
-    OverflowError or TypeError for values msgpack cannot hold (an integer beyond 64
-    bits)."""
+    (server/redaction.py); raises OverflowError or TypeError for values msgpack cannot
+    hold (an integer beyond 64 bits). ``resources``: the redacted resources of this
+    export so far, by the id of the decoded one (every span of a resource shares it):
+    redacted once, not once a span. Only for the spans of one export, while they live."""
+    events = span.events
+    attributes = span.attributes
     if span.parent_span_id is not None and c.role(span) == c.OTHER:
-        events = [event for event in span.events if event.name == "exception"]
-        span = dataclasses.replace(span, attributes={}, events=events)
+        events = [event for event in events if event.name == "exception"]
+        attributes = {}
+    resource = None if resources is None else resources.get(id(span.resource))
+    if resource is None:
+        resource = rules.attributes(span.resource)
+        if resources is not None:
+            resources[id(span.resource)] = resource
     span = dataclasses.replace(
         span,
-        attributes=rules.attributes(span.attributes),
+        attributes=rules.attributes(attributes),
         events=[
             dataclasses.replace(event, attributes=rules.attributes(event.attributes))
-            for event in span.events
+            for event in events
         ],
         status_message=rules.text(span.status_message) or "",
-        resource=rules.attributes(span.resource),
+        resource=resource,
     )
     return _encoder.encode(span)
 

@@ -281,7 +281,8 @@ async def listed(api: Api, project: Project) -> list[dict]:
             await steps(api, project, run["id"], *specs)
         if run["cost"] or run["tokens"]:
             call = {"provider": "openai", "model": "m", "run_id": run["id"],
-                    "cost_usd": run["cost"], "input_tokens": run["tokens"], "output_tokens": n}  # fmt: skip
+                    "cost_usd": run["cost"], "input_tokens": run["tokens"],
+                    "output_tokens": n}  # fmt: skip
             await ok(api, "/v1/ingest/ai", call, project)
             run["tokens"] += n
         if run["duration_ms"] is not None:
@@ -305,17 +306,18 @@ async def all_pages(api: Api, project: Project, **query) -> list[dict]:
 
 def expected(runs: list[dict], value, direction: str) -> list[str]:
     """The runs by value (None last in both orders), then by start and id, as the API sorts."""
+    descending = direction == "desc"
 
-    def ordered(subset: list[dict]) -> list[dict]:
-        return sorted(subset, key=lambda run: (value(run), at(run["started"]), uuid.UUID(run["id"])),
-                      reverse=direction == "desc")  # fmt: skip
+    def place(run: dict) -> tuple:
+        return (at(run["started"]), uuid.UUID(run["id"]))
 
-    valued = [run for run in runs if value(run) is not None]
-    missing = [run for run in runs if value(run) is None]
-    missing.sort(
-        key=lambda run: (at(run["started"]), uuid.UUID(run["id"])), reverse=direction == "desc"
+    valued = sorted(
+        (run for run in runs if value(run) is not None),
+        key=lambda run: (value(run), *place(run)),
+        reverse=descending,
     )
-    return [run["id"] for run in ordered(valued) + missing]
+    missing = sorted((run for run in runs if value(run) is None), key=place, reverse=descending)
+    return [run["id"] for run in valued + missing]
 
 
 SORT_VALUES = {

@@ -109,8 +109,8 @@ def test_without_the_option_no_content_is_sent(setup, server, providers) -> None
     sdk, project = setup
     client = sdk.wrap_openai(openai.OpenAI(api_key="sk-test", base_url=providers.url + "/v1"))
     with sdk.run("private") as run:
-        client.chat.completions.create(model="gpt-4o-mini", messages=[{"role": "user",
-                                                                       "content": "secret"}])  # fmt: skip
+        prompt = [{"role": "user", "content": "secret"}]
+        client.chat.completions.create(model="gpt-4o-mini", messages=prompt)
     sdk.flush()
     [call] = model_calls(server, project, run.id)
     assert call["input_messages"] is None and call["output_messages"] is None
@@ -157,7 +157,8 @@ def test_otlp_messages_in_every_form(server, db_url) -> None:
          "attributes": [_attribute("gen_ai.operation.name", "invoke_agent"),
                         _attribute("gen_ai.agent.name", "helper")]},
         _inference("0b" * 8, agent, 100, [
-            _attribute("gen_ai.input.messages", '[{"role":"user","parts":[{"type":"text","content":"a"}]}]'),
+            _attribute("gen_ai.input.messages",
+                       '[{"role":"user","parts":[{"type":"text","content":"a"}]}]'),
             _attribute("gen_ai.output.messages", '[{"role":"assistant","parts":[]}]'),
         ]),
         _inference("0c" * 8, agent, 200, [], events=[

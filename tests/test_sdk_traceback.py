@@ -89,7 +89,6 @@ def test_the_context_manager_and_tool_call_send_tracebacks_too(server, keys, cli
             except KeyError as error:
                 run.tool_call("dict_get", {"key": "missing"}, error=error)
                 raise
-    run.tool_call  # the run is finished: nothing more is sent
     with client.run("told") as told:
         told.tool_call("check", {}, error="not an exception: no traceback")
     client.flush()

@@ -60,6 +60,7 @@ SWEEP_WINDOW = timedelta(days=1)
 # Rows that arrive late for the time they say they are from: the sweep goes back this
 # far before the last round's cutoff.
 SWEEP_SLACK = timedelta(hours=1)
+CHUNK_DROP_SLACK = timedelta(days=1)  # see _enforce
 DROP_LOCK_TIMEOUT_MS = 200  # and at most half of deadlock_timeout (1 s by default)
 DEADLOCK_TIMEOUT_MS = (
     "SELECT extract(epoch FROM current_setting('deadlock_timeout')::interval) * 1000"
@@ -251,8 +252,12 @@ async def _enforce(work: _Round) -> None:
         work.timescale = await has_timescaledb(conn)
         keeps_forever = (await (await conn.execute(KEEPS_FOREVER)).fetchone())[0]
     if work.timescale and not keeps_forever:
-        # PROJECTS is ordered longest period first: its cutoff is the earliest.
-        await _drop_chunks(work, projects[0][3])
+        # PROJECTS is ordered longest period first: its cutoff is the earliest. A chunk
+        # goes whole only a day after that: a chunk drop does not adjust the counters
+        # of the runs its steps belong to, and a step stamped before its run started
+        # (an agent's clock against the server's) would leave a kept run counting a
+        # step that is gone. What lies between goes by the batched deletes, with runs.
+        await _drop_chunks(work, projects[0][3] - CHUNK_DROP_SLACK)
     for project_id, name, days, cutoff, swept_before in projects:
         tally = {"project": name, "retention_days": days, "cutoff": cutoff}
         erased = await erasure.erase_where(

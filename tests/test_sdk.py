@@ -142,6 +142,23 @@ def test_manual_run_tool_call_and_check(server, keys, client: Keelwave) -> None:
     ]
 
 
+def test_a_model_call_recorded_once_it_answered_started_its_latency_earlier(
+    server, keys, client: Keelwave
+) -> None:
+    """run.llm_call is made when the model has answered (as the adapters do): the call
+    began latency_ms before that, which is where a timeline must draw it."""
+    from datetime import datetime, timedelta
+
+    with client.run("timed") as run:
+        before = datetime.now().astimezone()
+        run.llm_call("openai", "gpt-4o", input_tokens=10, latency_ms=30_000)
+        after = datetime.now().astimezone()
+    client.flush()
+    [call] = api(server, keys, f"/runs/{run.id}/llm")
+    started = datetime.fromisoformat(call["started_at"])
+    assert before - timedelta(seconds=30) <= started <= after - timedelta(seconds=30)
+
+
 def test_key_order_does_not_matter_and_server_agrees(server, keys, client) -> None:
     @client.observe()
     def lookup(params: dict) -> int:

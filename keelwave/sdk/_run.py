@@ -32,7 +32,7 @@ import json
 import time
 import traceback
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from keelwave.protocol import (
@@ -258,6 +258,9 @@ class Run:
     ) -> str:
         """Record a model call; returns its id. Without ``cost_usd`` the server prices it.
 
+        Call it once the model has answered: with ``latency_ms``, the call is stamped as
+        started that long before now.
+
         A provider, model or token count the server would refuse drops the call;
         a cost or latency it would refuse is left out (so the server prices it)."""
         event, call_id = model_call_event(
@@ -420,6 +423,10 @@ def model_call_event(
     latency = check.optional_amount(latency_ms, "latency_ms", "model call", report)
     if latency is not None:
         body["latency_ms"] = latency
+        # Recorded once the model answered (the adapters, and most callers): it began
+        # that long ago, which is where a timeline draws it.
+        started = datetime.now(UTC) - timedelta(milliseconds=latency)
+        body["started_at"] = started.isoformat()
     if error is not None:
         body["error"] = _redacted_text(_error_text(error), redaction)
     text = dumps(body)

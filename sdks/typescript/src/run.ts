@@ -175,7 +175,11 @@ export class Run {
     const cost = check.optionalAmount(usage.costUsd, "cost_usd", "model call", this.report);
     if (cost !== undefined) body.cost_usd = cost;
     const latency = check.optionalAmount(usage.latencyMs, "latency_ms", "model call", this.report);
-    if (latency !== undefined) body.latency_ms = latency;
+    if (latency !== undefined) {
+      body.latency_ms = latency;
+      // Recorded once the model answered: it began that long ago, where a timeline draws it.
+      body.started_at = new Date(Date.now() - latency).toISOString();
+    }
     if (usage.error !== undefined) body.error = this.sendableText(errorText(usage.error));
     this.sink({ kind: "ai", body: JSON.stringify(body) });
     return id;

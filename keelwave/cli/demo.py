@@ -98,15 +98,20 @@ def _agents(client: Keelwave, rng: random.Random) -> list[tuple[str, object]]:
     from keelwave.sdk import get_current_run
 
     def think_with_model(tokens: int) -> None:
+        """A model call that decides the next tool call: it takes (a little) time, and
+        is linked to the step it leads to, as an adapter in a real agent would record it."""
         run = get_current_run()
         provider, model = rng.choice(MODELS)
+        started = time.perf_counter()
+        work(0.01, 0.05)
         run.llm_call(
             provider,
             model,
             input_tokens=tokens,
             output_tokens=tokens // 8,
             cache_read_tokens=tokens // 3,
-            latency_ms=rng.uniform(300, 4000),
+            latency_ms=(time.perf_counter() - started) * 1000,
+            step_index=run.step_count + 1,
         )
 
     def work(low: float, high: float) -> None:

@@ -8,6 +8,7 @@ A bounded number of examples runs in CI; for a longer run against a live server:
 
 from __future__ import annotations
 
+import json
 import zlib
 
 import httpx
@@ -21,6 +22,15 @@ schemathesis = pytest.importorskip("schemathesis")
 from hypothesis import HealthCheck, settings  # noqa: E402
 from schemathesis.checks import not_a_server_error  # noqa: E402
 from schemathesis.specs.openapi.checks import response_schema_conformance  # noqa: E402
+
+
+@schemathesis.serializer("application/x-ndjson")
+def _json_lines(ctx, value) -> bytes:
+    """An import's body (POST …/import): the generated value as JSON lines."""
+    if isinstance(value, str | bytes):
+        return value.encode() if isinstance(value, str) else value
+    lines = value if isinstance(value, list) else [value]
+    return b"".join(json.dumps(line).encode() + b"\n" for line in lines)
 
 
 @pytest.fixture(scope="module")

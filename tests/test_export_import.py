@@ -261,3 +261,25 @@ def test_bad_exports_are_refused_naming_the_line(servers, tmp_path) -> None:
     assert result.returncode == 1 and "scope" in result.stderr
     result = keelwave("export", "--project", "someone-else", "-o", str(path), env=read_only)
     assert result.returncode == 1 and f"belongs to project {theirs.name!r}" in result.stderr
+
+
+def test_an_import_keeps_what_ingest_would(servers, tmp_path) -> None:
+    """Lines written by hand (or by an older server) are held to what ingest stores: a
+    traceback to its last 16 KiB, secrets redacted by the receiving project's rules."""
+    source, source_url, target, target_url = servers
+    theirs = make_project(target_url)
+    run_id = str(uuid.uuid4())
+    huge = "Traceback (most recent call last):\n" + "  frame\n" * 20_000 + "ValueError: x"
+    line = {"kind": "run", "id": run_id, "agent_name": "a", "started_at": NOW.isoformat(),
+            "ended_at": NOW.isoformat(), "termination_reason": "error",
+            "error": "token sk-proj-4f9QmT7xKp2LrV8nZs3Wd6Yh1Bc5Ej0A refused",
+            "error_traceback": huge}  # fmt: skip
+    path = tmp_path / "hand.jsonl"
+    path.write_text(json.dumps(line) + "\n")
+    env = {"KEELWAVE_ENDPOINT": target.url, "KEELWAVE_API_KEY": theirs.keys["all"]}
+    assert keelwave("import", str(path), env=env).returncode == 0
+    [(error, traceback)] = query(
+        target_url, "SELECT error, error_traceback FROM agent_runs WHERE id = %s", (run_id,)
+    )
+    assert "sk-proj" not in error and "[REDACTED]" in error
+    assert len(traceback) <= 16 * 1024 and traceback.endswith("ValueError: x")

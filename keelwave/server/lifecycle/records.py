@@ -31,6 +31,7 @@ from typing import Annotated, Any
 import msgspec
 from msgspec import Meta
 
+from keelwave.server.ingest.routes import stored_traceback
 from keelwave.server.redaction import ServerRedaction
 from keelwave.server.store import statements
 from keelwave.server.store.lifecycle import Finish
@@ -244,7 +245,7 @@ def _check_version(line: bytes, number: int) -> None:
         )
 
 
-_TEXT_RULES = {"content", "error", "error_traceback"}  # free text the rules redact as text
+_TEXT_RULES = {"content", "error"}  # free text the rules redact as text
 
 # What a field left out (or null) means, where the table does not take NULL: what
 # ingest assumes when a client leaves it out.
@@ -263,6 +264,9 @@ REQUIRED = {
 # JSON payloads and free text to redact, defaults to fill in, fields that must be there.
 _JSON = {kind: [i for i, (_, t) in enumerate(COLUMNS[kind]) if t == "json"] for kind in KINDS}
 _TEXT = {kind: [i for i, (n, _) in enumerate(COLUMNS[kind]) if n in _TEXT_RULES] for kind in KINDS}
+_TRACEBACKS = {
+    kind: [i for i, (n, _) in enumerate(COLUMNS[kind]) if n == "error_traceback"] for kind in KINDS
+}
 _DEFAULTS = {
     kind: [(i, DEFAULTS[kind][n]) for i, (n, _) in enumerate(COLUMNS[kind]) if n in DEFAULTS[kind]]
     for kind in KINDS
@@ -286,6 +290,8 @@ def _values(kind: str, record: Any, number: int, rules: ServerRedaction) -> list
     for index in _TEXT[kind]:
         if values[index] is not None:
             values[index] = rules.text(values[index])
+    for index in _TRACEBACKS[kind]:  # kept as ingest keeps them: bounded, redacted
+        values[index] = stored_traceback(values[index], rules)
     for index, default in _DEFAULTS[kind]:
         if values[index] is None:
             values[index] = default

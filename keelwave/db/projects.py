@@ -39,32 +39,28 @@ def set_retention(conn: psycopg.Connection, project: str, days: int | None) -> d
     """Set a project's retention (by name, or id); None keeps its data forever."""
     if days is not None and not 1 <= days <= MAX_RETENTION_DAYS:
         raise ValueError(f"retention must be 1 to {MAX_RETENTION_DAYS} days, or forever")
-    with conn.cursor(row_factory=dict_row) as cur:
-        row = cur.execute(
-            "UPDATE projects SET retention_days = %s WHERE name = %s OR id::text = %s "
-            "RETURNING id::text AS id, name, retention_days",
-            (days, project, project),
-        ).fetchone()
-        if row is None:
-            raise UnknownProject(f"no project named {project!r} (see `keelwave projects list`)")
-        cur.execute(f"NOTIFY {KEYS_CHANNEL}")  # ingest reads the period with the key
-    return row
+    return _set(conn, project, "retention_days", days)
 
 
 def set_redaction(conn: psycopg.Connection, project: str, patterns: list[str]) -> dict:
     """Replace a project's own redaction patterns (by name, or id); [] keeps only the
-    built-in rules. Raises redaction.InvalidPattern naming a pattern that cannot be used.
-
-    Every server's key cache is told (the rules travel with a key's Principal), so the
-    patterns apply to the next request whichever server takes it."""
+    built-in rules. Raises redaction.InvalidPattern naming a pattern that cannot be used."""
     from keelwave.server.redaction import check_patterns
 
-    patterns = check_patterns(patterns)
+    return _set(conn, project, "redaction_patterns", check_patterns(patterns))
+
+
+def _set(conn: psycopg.Connection, project: str, column: str, value: object) -> dict:
+    """Set one of a project's settings; the project's id, name and that setting.
+
+    Every server's key cache is told: ingest reads a project's retention and redaction
+    with its key (the Principal), so the change applies to the next request whichever
+    server takes it."""
     with conn.cursor(row_factory=dict_row) as cur:
         row = cur.execute(
-            "UPDATE projects SET redaction_patterns = %s WHERE name = %s OR id::text = %s "
-            "RETURNING id::text AS id, name, redaction_patterns",
-            (patterns, project, project),
+            f"UPDATE projects SET {column} = %s WHERE name = %s OR id::text = %s "
+            f"RETURNING id::text AS id, name, {column}",
+            (value, project, project),
         ).fetchone()
         if row is None:
             raise UnknownProject(f"no project named {project!r} (see `keelwave projects list`)")

@@ -202,6 +202,9 @@ def test_runs_loop_band_and_step_inspector(server, keys, page) -> None:
     page.get_by_label("Loops").select_option(label="loops (either)")
     sync_api.expect(page.locator("tbody tr")).to_have_count(1)
     page.get_by_label("Loops").select_option(label="loop or not")
+    # The whole list is back (a row the filter hid): the looping row is the new one,
+    # not the filtered list's, which a click could catch as it is replaced.
+    sync_api.expect(page.locator("tr", has_text=ERROR_RUN[:8])).to_be_visible()
 
     looping_row.get_by_role("link").click()
     sync_api.expect(page.get_by_role("heading", name="research-agent")).to_be_visible()

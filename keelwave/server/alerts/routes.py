@@ -29,20 +29,14 @@ from keelwave.server.alerts.schemas import (
     WindowMetric,
 )
 from keelwave.server.http import appkeys, params
-from keelwave.server.http.auth import READ
+from keelwave.server.http.auth import ALL, READ
 from keelwave.server.http.errors import ApiError, not_found
 from keelwave.server.http.operations import ApiRoutes, Param
 from keelwave.server.http.responses import respond
-from keelwave.server.ingest.schemas import decode
+from keelwave.server.ingest.schemas import decode_request
 
 routes = ApiRoutes("alerts")
-ALL = frozenset({"all"})
 BASE = "/v1/projects/{project_id}/alerts"
-
-
-async def _project(request: web.Request, scopes: frozenset[str]) -> str:
-    principal = await request.app[appkeys.KEYSTORE].authenticate(request, scopes)
-    return params.project_of(request, principal)
 
 
 def _uuid(request: web.Request, name: str, what: str) -> uuid.UUID:
@@ -73,13 +67,6 @@ async def _all(request: web.Request, sql: str, args: Any) -> list[dict[str, Any]
         return await cur.fetchall()
 
 
-async def _body(request: web.Request, kind: Any) -> Any:
-    body = await request.read()
-    if not body.strip():
-        raise ApiError(400, "malformed_json", "request body is empty; send a JSON object")
-    return decode(body, kind)
-
-
 # -- destinations -------------------------------------------------------------------
 
 _DESTINATION = "id, name, kind, url, secret IS NOT NULL AS has_secret, created_at"
@@ -95,8 +82,8 @@ _DESTINATION = "id, name, kind, url, secret IS NOT NULL AS has_secret, created_a
 async def create_destination(request: web.Request) -> web.Response:
     """A webhook (JSON, signed with the secret if one is given) or a Slack incoming webhook.
     Addresses in private networks are refused unless the server allows them."""
-    project_id = await _project(request, ALL)
-    new: NewDestination = await _body(request, NewDestination)
+    project_id = await params.project_for(request, ALL)
+    new: NewDestination = await decode_request(request, NewDestination)
     settings = request.app[appkeys.SETTINGS]
     try:
         await dest.check_url_async(new.url, settings.alerts_allow_private_destinations)
@@ -115,7 +102,7 @@ async def create_destination(request: web.Request) -> web.Response:
     f"{BASE}/destinations", summary="List alert destinations", response=DestinationListResponse
 )
 async def list_destinations(request: web.Request) -> web.Response:
-    project_id = await _project(request, READ)
+    project_id = await params.project_for(request, READ)
     rows = await _all(
         request,
         f"SELECT {_DESTINATION} FROM alert_destinations WHERE project_id = %s "
@@ -131,7 +118,7 @@ async def list_destinations(request: web.Request) -> web.Response:
     response=DestinationResponse,
 )
 async def delete_destination(request: web.Request) -> web.Response:
-    project_id = await _project(request, ALL)
+    project_id = await params.project_for(request, ALL)
     destination_id = _uuid(request, "destination_id", "destination")
     row = await _one(
         request,
@@ -151,7 +138,7 @@ async def delete_destination(request: web.Request) -> web.Response:
 )
 async def test_destination(request: web.Request) -> web.Response:
     """Sends one test alert now, as a real one would go, and says how it went."""
-    project_id = await _project(request, ALL)
+    project_id = await params.project_for(request, ALL)
     destination_id = _uuid(request, "destination_id", "destination")
     row = await _one(
         request,
@@ -221,8 +208,8 @@ async def _check_destination(cur: psycopg.AsyncCursor, project_id: str, destinat
 async def create_rule(request: web.Request) -> web.Response:
     """A condition on runs (while they run or when they end) or on a window of them,
     sent to a destination; ``cooldown_seconds`` limits repeats per agent."""
-    project_id = await _project(request, ALL)
-    new: NewRule = await _body(request, NewRule)
+    project_id = await params.project_for(request, ALL)
+    new: NewRule = await decode_request(request, NewRule)
     _check_condition(new.condition)
     async with (
         request.app[appkeys.POOL].connection() as conn,
@@ -244,7 +231,7 @@ async def create_rule(request: web.Request) -> web.Response:
 
 @routes.get(f"{BASE}/rules", summary="List alert rules", response=RuleListResponse)
 async def list_rules(request: web.Request) -> web.Response:
-    project_id = await _project(request, READ)
+    project_id = await params.project_for(request, READ)
     rows = await _all(
         request,
         f"SELECT {_RULE} FROM alert_rules WHERE project_id = %s ORDER BY created_at, id",
@@ -260,9 +247,9 @@ async def list_rules(request: web.Request) -> web.Response:
     response=RuleResponse,
 )
 async def change_rule(request: web.Request) -> web.Response:
-    project_id = await _project(request, ALL)
+    project_id = await params.project_for(request, ALL)
     rule_id = _uuid(request, "rule_id", "rule")
-    change: RuleChange = await _body(request, RuleChange)
+    change: RuleChange = await decode_request(request, RuleChange)
     sets: list[str] = []
     values: list[Any] = []
     if change.name is not msgspec.UNSET:
@@ -305,7 +292,7 @@ async def change_rule(request: web.Request) -> web.Response:
 
 @routes.delete(f"{BASE}/rules/{{rule_id}}", summary="Delete an alert rule", response=RuleResponse)
 async def delete_rule(request: web.Request) -> web.Response:
-    project_id = await _project(request, ALL)
+    project_id = await params.project_for(request, ALL)
     rule_id = _uuid(request, "rule_id", "rule")
     row = await _one(
         request,
@@ -345,7 +332,7 @@ LIMIT %(limit)s
 async def list_events(request: web.Request) -> web.Response:
     """What fired, when, for which rule and run or agent, the value, and every delivery
     attempt, newest first."""
-    project_id = await _project(request, READ)
+    project_id = await params.project_for(request, READ)
     args: dict[str, Any] = {
         "project": project_id,
         "limit": params.integer(request, "limit", 100, 1, 500),

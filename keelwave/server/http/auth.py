@@ -33,6 +33,7 @@ log = logging.getLogger("keelwave.auth")
 INGEST = frozenset({"ingest", "all"})
 READ = frozenset({"read", "all"})
 ANY = frozenset({"ingest", "read", "all"})
+ALL = frozenset({"all"})  # changing and deleting
 
 
 @dataclass(frozen=True, slots=True)

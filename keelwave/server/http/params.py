@@ -60,7 +60,12 @@ def run_id_of(request: web.Request) -> uuid.UUID:
 
 async def read_project(request: web.Request) -> str:
     """Check the key (scope read or all) and return the project in the path."""
-    principal = await request.app[appkeys.KEYSTORE].authenticate(request, READ)
+    return await project_for(request, READ)
+
+
+async def project_for(request: web.Request, scopes: frozenset[str]) -> str:
+    """Check the key (one of ``scopes``) and return the project in the path."""
+    principal = await request.app[appkeys.KEYSTORE].authenticate(request, scopes)
     return project_of(request, principal)
 
 

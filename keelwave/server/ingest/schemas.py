@@ -216,6 +216,14 @@ _decoders: dict[Any, msgspec.json.Decoder] = {}
 _AT = re.compile(r"^(?P<message>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.S)
 
 
+async def decode_request(request: Any, kind: Any) -> Any:
+    """A request's JSON body (an aiohttp request) as ``kind``; an empty body is a 400."""
+    body = await request.read()
+    if not body.strip():
+        raise ApiError(400, "malformed_json", "request body is empty; send a JSON object")
+    return decode(body, kind)
+
+
 def decode(body: bytes, kind: Any) -> Any:
     """Decode ``body`` as ``kind``; raise a 400 for broken JSON and a 422 naming the field."""
     try:

@@ -17,11 +17,11 @@ from psycopg.rows import dict_row
 from keelwave.db.keys import KEYS_CHANNEL
 from keelwave.server import redaction
 from keelwave.server.http import appkeys, params
-from keelwave.server.http.auth import READ
+from keelwave.server.http.auth import ALL, READ
 from keelwave.server.http.errors import ApiError, not_found
 from keelwave.server.http.operations import ApiRoutes, Param
 from keelwave.server.http.responses import respond
-from keelwave.server.ingest.schemas import check_name, decode
+from keelwave.server.ingest.schemas import check_name, decode_request
 from keelwave.server.lifecycle.schemas import (
     DeletedResponse,
     ProjectChange,
@@ -31,20 +31,7 @@ from keelwave.server.lifecycle.schemas import (
 from keelwave.server.store import erasure
 
 routes = ApiRoutes("lifecycle")
-ALL = frozenset({"all"})
 RUNS = "/v1/projects/{project_id}/agent/runs"
-
-
-async def _project(request: web.Request, scopes: frozenset[str]) -> str:
-    principal = await request.app[appkeys.KEYSTORE].authenticate(request, scopes)
-    return params.project_of(request, principal)
-
-
-async def _body(request: web.Request, kind: type) -> object:
-    body = await request.read()
-    if not body.strip():
-        raise ApiError(400, "malformed_json", "request body is empty; send a JSON object")
-    return decode(body, kind)
 
 
 @routes.delete(
@@ -56,7 +43,7 @@ async def _body(request: web.Request, kind: type) -> object:
 async def delete_run(request: web.Request) -> web.Response:
     """The run with its steps, model calls, alert events and OTLP spans; its child runs
     too with children=true. The rollups behind the aggregates are adjusted at once."""
-    project_id = await _project(request, ALL)
+    project_id = await params.project_for(request, ALL)
     run_id = params.run_id_of(request)
     children = params.boolean(request, "children") or False
     erased = await erasure.erase_run(request.app[appkeys.POOL], project_id, run_id, children)
@@ -75,8 +62,8 @@ async def delete_runs(request: web.Request) -> web.Response:
     """Every run that matches all the criteria given: an agent, metadata (an erasure
     request about one end user: {"metadata": {"user_id": "…"}}), a start before a time.
     In short batches, so ingest goes on meanwhile; the answer comes once all are gone."""
-    project_id = await _project(request, ALL)
-    selector: RunSelector = await _body(request, RunSelector)  # type: ignore[assignment]
+    project_id = await params.project_for(request, ALL)
+    selector: RunSelector = await decode_request(request, RunSelector)  # type: ignore[assignment]
     where: list[str] = []
     args: dict[str, object] = {}
     if selector.agent_name is not None:
@@ -113,7 +100,7 @@ WHERE p.id = %s
 @routes.get("/v1/projects/{project_id}", summary="Get the project", response=ProjectResponse)
 async def get_project(request: web.Request) -> web.Response:
     """The key's project: its name and its retention period."""
-    project_id = await _project(request, READ)
+    project_id = await params.project_for(request, READ)
     return respond(ProjectResponse, {"data": await _settings(request, project_id)})
 
 
@@ -127,8 +114,8 @@ async def change_project(request: web.Request) -> web.Response:
     """Set retention_days (null: keep forever): the server deletes what is past the
     period within its next enforcement round (every ten minutes). Set
     redaction_patterns: they apply to the next request, on every server."""
-    project_id = await _project(request, ALL)
-    change: ProjectChange = await _body(request, ProjectChange)  # type: ignore[assignment]
+    project_id = await params.project_for(request, ALL)
+    change: ProjectChange = await decode_request(request, ProjectChange)  # type: ignore[assignment]
     async with request.app[appkeys.POOL].connection() as conn, conn.transaction():
         if change.retention_days is not msgspec.UNSET:
             await conn.execute(

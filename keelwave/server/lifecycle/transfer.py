@@ -21,7 +21,7 @@ from aiohttp import web
 from msgspec import Meta, Struct
 
 from keelwave.server.http import appkeys, params
-from keelwave.server.http.auth import READ
+from keelwave.server.http.auth import ALL, READ
 from keelwave.server.http.errors import ApiError
 from keelwave.server.http.operations import ApiRoutes, Param
 from keelwave.server.http.responses import respond
@@ -151,7 +151,7 @@ async def import_(request: web.Request) -> web.Response:
     """Lines of an export (any part of one, in any order) stored in this project;
     answered once they are committed. A line already stored changes nothing, so an
     interrupted import may be sent again. Needs a key of scope all."""
-    principal = await request.app[appkeys.KEYSTORE].authenticate(request, frozenset({"all"}))
+    principal = await request.app[appkeys.KEYSTORE].authenticate(request, ALL)
     params.project_of(request, principal)
     body = await request.read()  # the body limit applies: the CLI sends a file in parts
     first_line = _first_line(request)

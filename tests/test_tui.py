@@ -642,7 +642,10 @@ def snapshot_app(server, snapshot_key) -> KeelwaveApp:
 async def settle_runs(pilot) -> None:
     table = pilot.app.screen.query_one(DataTable)
     await wait_for(pilot, lambda: table.row_count >= 3)
-    await pilot.pause(0.3)  # and the columns take their widths (else they are cut)
+    # The columns take their widths when the table is next idle, which a busy machine
+    # reaches late: wait for it (else the picture shows them cut).
+    await wait_for(pilot, lambda: not table._require_update_dimensions)
+    await pilot.pause(0.3)
 
 
 def snapshot_id(run_id: str) -> str:

@@ -210,3 +210,59 @@ def test_price_file_extends_and_overrides(tmp_path: Path) -> None:
     path.write_text('{"models": {"x": {"input": "cheap"}}}')
     with pytest.raises(PriceTableError, match="'input' and 'output'"):
         PriceTable.load(path)
+
+
+async def test_finishes_arriving_together_commit_together(api: Api, project: Project, db_url):
+    """Group commit of finishes: many at once go in a few transactions (each one's
+    UPDATE leaves its transaction id on the run), and each is answered as if alone."""
+    runs = []
+    for n in range(40):
+        _, body, _ = await api.post("/v1/ingest/agent/runs", headers=project.auth(),
+                                    json={"agent_name": "batch", "input": {"n": n}})  # fmt: skip
+        runs.append(body["data"]["id"])
+    missing = str(uuid.uuid4())
+    answers = await asyncio.gather(
+        *(
+            api.post(f"/v1/ingest/agent/runs/{run_id}/finish", headers=project.auth(),
+                     json={"termination_reason": "error" if n % 4 == 0 else "clean"})
+            for n, run_id in enumerate([*runs, missing])
+        )
+    )  # fmt: skip
+    assert [status for status, _, _ in answers] == [200] * 40 + [404]
+    (transactions, finished), = query(
+        db_url, "SELECT count(DISTINCT xmin::text), count(*) FILTER (WHERE ended_at IS NOT NULL) "
+        "FROM agent_runs WHERE project_id = %s", (project.id,))  # fmt: skip
+    assert finished == 40
+    assert transactions < 40
+    (finished_runs, error_runs), = query(
+        db_url, "SELECT sum(finished_runs), sum(error_runs) FROM agent_run_rollups "
+        "WHERE project_id = %s", (project.id,))  # fmt: skip
+    assert (finished_runs, error_runs) == (40, 10)
+
+
+async def test_a_refused_finish_fails_alone(api: Api, project: Project, db_url) -> None:
+    """A finish the database refuses, committed with others, fails only itself."""
+    from psycopg_pool import AsyncConnectionPool
+
+    from keelwave.server.store.lifecycle import Finish, finish_runs
+
+    runs = []
+    for _ in range(3):
+        _, body, _ = await api.post("/v1/ingest/agent/runs", headers=project.auth(),
+                                    json={"agent_name": "refused"})  # fmt: skip
+        runs.append(uuid.UUID(body["data"]["id"]))
+    now = datetime.now(UTC)
+    async with AsyncConnectionPool(db_url, kwargs={"autocommit": True}) as pool:
+        answers = await asyncio.gather(
+            *(
+                finish_runs(pool, project.id, [(run_id, Finish("clean", now,
+                            output='{"broken' if n == 1 else '{"ok": 1}'))])
+                for n, run_id in enumerate(runs)
+            ),
+            return_exceptions=True,
+        )  # fmt: skip
+    assert answers[0] == [] and answers[2] == []
+    assert "json" in str(answers[1]).lower()
+    rows = dict(query(db_url, "SELECT id, termination_reason FROM agent_runs WHERE project_id = %s",
+                      (project.id,)))  # fmt: skip
+    assert rows == {runs[0]: "clean", runs[1]: None, runs[2]: "clean"}

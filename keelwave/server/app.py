@@ -30,7 +30,7 @@ from keelwave.server.ingest.pricing import PriceTable
 from keelwave.server.lifecycle import routes as lifecycle
 from keelwave.server.lifecycle import transfer
 from keelwave.server.query import aggregates, loops, runs, tools
-from keelwave.server.store import pooling, refusals, timescale
+from keelwave.server.store import connection_check, pooling, refusals, timescale
 from keelwave.server.store.reaper import Reaper
 from keelwave.server.store.retention import Enforcer
 from keelwave.server.store.verdicts import VerdictKeeper
@@ -130,7 +130,7 @@ async def _database(app: web.Application) -> AsyncIterator[None]:
             # transaction pooler the next run may land on a session without it.
             "prepare_threshold": None if pooled else 5,
         },
-        check=AsyncConnectionPool.check_connection,  # drop connections that died in an outage
+        check=connection_check.check_unless_just_used,  # drop those that died in an outage
         timeout=settings.database_timeout_seconds,
         # psycopg_pool doubles its retry delay without bound while the database is
         # down; giving up early and retrying on demand keeps recovery within seconds.

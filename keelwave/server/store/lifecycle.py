@@ -3,11 +3,19 @@
 Finishing moves the run between the hourly rollup counters, and counts its
 tool calls once, when it first finishes. Runs that go silent are finished by
 the reaper instead (reaper.py), through the same rollup staging.
+
+Finishes are group-committed, as steps are (writer.py): the finishes that
+arrive while one transaction commits wait for it and then go together in the
+next, answered when it commits. An agent-shaped load finishes a run every few
+requests; one transaction each made their commits, their rollup merges (all on
+the same hour's row) and their pool round trips a third of the server's work.
 """
 
 from __future__ import annotations
 
+import asyncio
 import uuid
+import weakref
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -39,23 +47,105 @@ async def finish_run(
 async def finish_runs(
     pool: AsyncConnectionPool, project_id: str, finishes: list[tuple[uuid.UUID, Finish]]
 ) -> list[uuid.UUID]:
-    """Finish several runs in one transaction; return the ids that are not this project's runs.
+    """Finish several runs, committed before this returns; return the ids that are not
+    this project's runs.
 
-    A run finished twice in one call is finished twice, in order, as if by two calls.
+    A run finished twice in one call is finished twice, in order, as if by two calls;
+    so are calls that go in one transaction.
     """
-    found: set[uuid.UUID] = set()
-    newly_finished: list[uuid.UUID] = []
-    async with pool.connection() as conn, statements.transaction(conn), conn.cursor() as cur:
-        await statements.lock_runs(cur, {run_id.int for run_id, _ in finishes})
-        for round_ in _rounds(finishes):
-            await cur.execute(statements.FINISH_RUNS, _columns(project_id, round_))
-            for run_id, was_unfinished in await cur.fetchall():
-                found.add(run_id)
-                if was_unfinished:  # a run's tool calls count once, when it first finishes
-                    newly_finished.append(run_id)
-        await stage_tool_calls(cur, [(project_id, run_id) for run_id in newly_finished])
-        await cur.execute(statements.MERGE_ROLLUPS)
-    return list(dict.fromkeys(run_id for run_id, _ in finishes if run_id not in found))
+    finisher = _FINISHERS.get(pool)
+    if finisher is None:
+        finisher = _FINISHERS[pool] = _Finisher(pool)
+    return await finisher.finish(project_id, finishes)
+
+
+Submission = tuple[str, list[tuple[uuid.UUID, Finish]], asyncio.Future]
+
+
+class _Finisher:
+    """The group commit of finishes for one pool: one transaction in flight, and
+    what arrives meanwhile goes in the next."""
+
+    def __init__(self, pool: AsyncConnectionPool) -> None:
+        self._pool = pool
+        self._waiting: list[Submission] = []
+        self._committing: asyncio.Task | None = None
+
+    async def finish(
+        self, project_id: str, finishes: list[tuple[uuid.UUID, Finish]]
+    ) -> list[uuid.UUID]:
+        done = asyncio.get_running_loop().create_future()
+        self._waiting.append((project_id, finishes, done))
+        if self._committing is None or self._committing.done():
+            # A task of its own: a caller that goes away (a client hanging up) must
+            # not take the others' transaction with it.
+            self._committing = asyncio.create_task(self._commit_all(), name="keelwave-finishes")
+        return await asyncio.shield(done)
+
+    async def _commit_all(self) -> None:
+        while self._waiting:
+            batch, self._waiting = self._waiting, []
+            try:
+                await self._commit(batch)
+            except (psycopg.DataError, psycopg.IntegrityError, psycopg.ProgrammingError) as error:
+                if len(batch) == 1:
+                    _settle(batch, error)
+                    continue
+                # Something in one submission was refused: each alone, so that the
+                # error is that submission's only.
+                for submission in batch:
+                    await self._commit_alone(submission)
+            except Exception as error:  # the database is down, the pool timed out…
+                _settle(batch, error)
+            except BaseException as error:  # cancelled: the server is stopping
+                _settle(batch + self._waiting, error)
+                raise
+
+    async def _commit_alone(self, submission: Submission) -> None:
+        try:
+            await self._commit([submission])
+        except Exception as error:
+            _settle([submission], error)
+
+    async def _commit(self, batch: list[Submission]) -> None:
+        by_project: dict[str, list[tuple[uuid.UUID, Finish]]] = {}
+        for project_id, finishes, _ in batch:
+            by_project.setdefault(project_id, []).extend(finishes)
+        found: dict[str, set[uuid.UUID]] = {}
+        async with (
+            self._pool.connection() as conn,
+            statements.transaction(conn),
+            conn.cursor() as cur,
+        ):
+            run_ids = {run_id.int for finishes in by_project.values() for run_id, _ in finishes}
+            await statements.lock_runs(cur, run_ids)
+            newly_finished: list[tuple[str, uuid.UUID]] = []
+            for project_id, finishes in by_project.items():
+                found[project_id] = set()
+                for round_ in _rounds(finishes):
+                    await cur.execute(statements.FINISH_RUNS, _columns(project_id, round_))
+                    for run_id, was_unfinished in await cur.fetchall():
+                        found[project_id].add(run_id)
+                        if was_unfinished:  # its tool calls count once, when it first finishes
+                            newly_finished.append((project_id, run_id))
+            await stage_tool_calls(cur, newly_finished)
+            await cur.execute(statements.MERGE_ROLLUPS)
+        for project_id, finishes, done in batch:
+            unknown = (run_id for run_id, _ in finishes if run_id not in found[project_id])
+            if not done.done():
+                done.set_result(list(dict.fromkeys(unknown)))
+
+
+def _settle(batch: list[Submission], error: BaseException) -> None:
+    for *_, done in batch:
+        if not done.done():
+            done.set_exception(error)
+
+
+# One finisher per pool, gone with it.
+_FINISHERS: weakref.WeakKeyDictionary[AsyncConnectionPool, _Finisher] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def _rounds(finishes: list[tuple[uuid.UUID, Finish]]) -> list[list[tuple[uuid.UUID, Finish]]]:

@@ -112,6 +112,8 @@ _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 _UUID = re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b", re.I)
 _EPOCH_IN_TEXT = re.compile(r"\b1\d{9}(?:\d{3})?\b")
 _TOKEN = re.compile(r"[A-Za-z0-9_\-+/=.:]{10,}")
+_LONG_WORD = re.compile(r"\S{10}")
+_DIGIT = re.compile(r"\d")
 _SEPARATORS = re.compile(r"[_\-+/=.:]+")
 _HEX = re.compile(r"[0-9a-fA-F]{16,}")
 _WORD_PUNCTUATION = "()[]{}<>,;\"'`!?"
@@ -124,13 +126,17 @@ def _parse_float(text: str) -> int | float:
     return int(value) if value.is_integer() and abs(value) < 2**53 else value
 
 
+_DECODER = json.JSONDecoder(parse_float=_parse_float)
+
+
 def parse(raw: bytes | None) -> Any:
     """The JSON value, with integral floats as ints; bytes that are not JSON become a marked
     string, so they still compare (only) equal to the same bytes."""
     if raw is None:
         return None
     try:
-        return json.loads(raw, parse_float=_parse_float)
+        # As json.loads(raw, parse_float=…) does it, without making a decoder each time.
+        return _DECODER.decode(raw.decode(json.detect_encoding(raw), "surrogatepass"))
     except (ValueError, UnicodeDecodeError, RecursionError):
         return opaque(raw)
 
@@ -303,7 +309,7 @@ class _Normaliser:
         stripped = text.strip()
         if stripped[:1] in ("{", "[") and stripped[-1:] in ("}", "]"):
             try:
-                decoded = json.loads(stripped, parse_float=_parse_float)
+                decoded = _DECODER.decode(stripped)
             except ValueError:
                 pass
             else:
@@ -353,18 +359,21 @@ class _Normaliser:
             masked += 1
             return MASK_ID
 
-        text = _RFC_DATE.sub(iso, _ISO.sub(iso, text))
-        text = _UUID.sub(uuid, _EPOCH_IN_TEXT.sub(epoch, text))
-        words = []
-        for word in text.split():
-            core = word.strip(_WORD_PUNCTUATION)
-            if core and looks_random(core):
-                masked += 1
-                word = word.replace(core, MASK_ID)
-            words.append(word)
+        # Dates, times, epochs and UUIDs all have digits; most text has none.
+        if _DIGIT.search(text):
+            text = _RFC_DATE.sub(iso, _ISO.sub(iso, text))
+            text = _UUID.sub(uuid, _EPOCH_IN_TEXT.sub(epoch, text))
+        words = text.split()
+        if _LONG_WORD.search(text):  # no shorter word looks random
+            for position, word in enumerate(words):
+                core = word.strip(_WORD_PUNCTUATION)
+                if core and looks_random(core):
+                    masked += 1
+                    words[position] = word.replace(core, MASK_ID)
         self.shape_masked += masked
         rest = " ".join(words)
-        if rest.replace(MASK_ID, "").replace(MASK_TIME, "").strip(" " + _WORD_PUNCTUATION):
+        left = rest.replace(MASK_ID, "").replace(MASK_TIME, "") if masked else rest
+        if left.strip(" " + _WORD_PUNCTUATION):
             self.kept += 1
         return rest.casefold()
 

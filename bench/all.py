@@ -15,6 +15,10 @@ them next to the targets keelwave holds itself to on a 2-core machine:
 - workloads.py: the loads users have (a new user's load generator; agent-shaped
   runs of 20 steps with their start, model calls and finish), each at least 50%
   of raw COPY of the same rows (issue 23);
+- sdk_load.py: the real Python SDK as the client, 4 processes of 50 asyncio
+  agents each, next to the same rows posted raw over HTTP in as many
+  processes (batched as the SDK batches at its fullest): committed steps/s and
+  their ratio; every step the agents made is in the database (issue 23);
 - scale.py (with --scale-db, a database kept by `scale.py --keep`): the
   aggregates, run lists and a 10,000-step run's timeline within budget on 50
   million steps over 30 days (issue 23);
@@ -44,7 +48,7 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).parent
-BENCHMARKS = ("ingest", "workloads", "queries", "sdk", "cli", "peer")
+BENCHMARKS = ("ingest", "workloads", "sdk-load", "queries", "sdk", "cli", "peer")
 
 
 def run(script: str, arguments: list[str], results: Path) -> dict | list | None:
@@ -85,6 +89,12 @@ def main() -> None:
                              f"{load['steps_per_s']:,.0f} steps/s = {ratio:.0%} of COPY, "
                              f"{load['server_cpu_us_per_step']:.0f} µs server CPU/step",
                              "≥ 50% of COPY", ratio >= 0.5))  # fmt: skip
+        if "sdk-load" not in args.skip:
+            arguments = ["--seconds", str(args.seconds), "--modes", "sdk", "raw"]
+            if loads := run("sdk_load.py", arguments, out / "l.json"):
+                rows.append(_sdk_load_row(loads))
+            else:  # it exits non-zero when the database lacks what the agents made
+                rows.append(("real SDK", "failed: see its output", "all stored", False))
         if "queries" not in args.skip:
             where = ["--reuse", args.queries_db] if args.queries_db else []
             queries = run("queries.py", where, out / "q.json")
@@ -145,6 +155,19 @@ def _cli_rows(cli: dict) -> list[tuple[str, str, str, bool | None]]:
             met = row["median_s"] < cli["target_s"]
             rows.append((f"CLI start-up: {label}", measured, f"< {cli['target_s']} s", met))
     return rows
+
+
+def _sdk_load_row(loads: list[dict]) -> tuple[str, str, str, bool | None]:
+    """The SDK's committed steps/s against raw HTTP of the same rows; the target is
+    that nothing the agents made is missing (the speed is the ratio, reported)."""
+    sdk, raw = ({r["mode"]: r for r in loads}[mode] for mode in ("sdk", "raw"))
+    ratio = sdk["steps_per_s"] / raw["steps_per_s"]
+    measured = (f"{sdk['steps_per_s']:,.0f} steps/s = {ratio:.2f}× raw HTTP "
+                f"({raw['steps_per_s']:,.0f}); client "
+                f"{sdk['client_cpu_us_per_step']:.0f} µs/step")  # fmt: skip
+    lost = any(r["lost"] for r in loads)
+    return (f"real SDK, {sdk['processes']} processes × {sdk['agents']} agents", measured,
+            "all stored", not lost)  # fmt: skip
 
 
 def _ingest_rows(ingest: dict, where: str) -> list[tuple[str, str, str, bool | None]]:

@@ -64,7 +64,7 @@ from ingest import RssSampler, drop_database, scratch_database, start_server  # 
 from otlp import _backend_cpu, _tree_cpu  # noqa: E402
 from workloads import AGENTS, MODELS, POOL_SIZE, _sentence, tool_pool  # noqa: E402
 
-MODES = ("sdk", "raw", "per-agent")
+MODES = ("sdk", "raw", "per-agent", "bare")
 ENDINGS = (("clean", 70), ("loop_detected", 10), ("error", 10), ("max_steps_reached", 10))
 RAW_BATCH = 500  # the SDK's MAX_BATCH
 RAW_IN_FLIGHT = 4  # the SDK's IN_FLIGHT
@@ -249,6 +249,41 @@ async def sdk_agent(client, tools: dict, plan: Plan, counts: Counts) -> None:
     except (AgentStopped, ToolFailed):
         pass  # the run is finished with the reason; a real caller would log it
     counts.ended(scope.run.termination_reason)
+
+
+class _Unrecorded:
+    """Stands in for the client in the bare mode: the tools stay plain functions."""
+
+    def observe(self, name: str):
+        return lambda func: func
+
+
+async def bare_agent(tools: dict, plan: Plan, counts: Counts) -> None:
+    """The same agent with no SDK at all: the same tool calls, where the SDK's agent
+    would stop (outcome), and nothing recorded: what the agents cost by themselves."""
+    played = outcome(plan)
+    counts.runs += 1
+    counts.calls += len(played.calls)
+    for _, action in played.steps:
+        if action.kind == "think":
+            counts.steps += 1
+            continue
+        _ANSWER.set((action.output, action.raises))
+        try:
+            await tools[action.tool](**action.given)
+        except ToolFailed:
+            break
+    counts.ended(played.reason)
+
+
+async def bare_process(rngs: list, pool: list, deadline: float, counts: Counts) -> None:
+    tools = sdk_tools(_Unrecorded(), counts)
+
+    async def agent(rng: random.Random) -> None:
+        while time.monotonic() < deadline:
+            await bare_agent(tools, plan_run(rng, pool), counts)
+
+    await asyncio.gather(*[agent(rng) for rng in rngs])
 
 
 async def sdk_process(client, rngs: list, pool: list, deadline: float, counts: Counts) -> int:
@@ -497,6 +532,11 @@ def client_process(mode: str, number: int, agents: int, seconds: float, base: st
         report["dropped"] = client._transport.dropped
         report["requests"] = requests
         report["agents_cpu_s"] = _main_thread_cpu() - main0
+    elif mode == "bare":
+        barrier.wait()
+        started, cpu0 = time.time(), _cpu()
+        asyncio.run(bare_process(rngs, pool, time.monotonic() + seconds, counts))
+        report["agents_done_s"] = time.time() - started
     else:
         import aiohttp
 
@@ -561,9 +601,34 @@ def _spy(pid: int, path: str, seconds: float) -> subprocess.Popen:
     )  # fmt: skip
 
 
+def measure_bare(args: argparse.Namespace) -> dict:
+    """The agents alone, no SDK and no server: their own CPU per step."""
+    context = multiprocessing.get_context("spawn")
+    barrier, results = context.Barrier(args.processes + 1), context.Queue()
+    processes = [
+        context.Process(target=client_process, daemon=True,
+                        args=("bare", n, args.agents, args.seconds, "", "", barrier, results))
+        for n in range(args.processes)
+    ]  # fmt: skip
+    for process in processes:
+        process.start()
+    barrier.wait(timeout=120)
+    reports = _wait_for(processes, results)
+    for process in processes:
+        process.join(30)
+    steps = max(1, sum(r["steps"] for r in reports))
+    elapsed = max(r["ended"] for r in reports) - min(r["started"] for r in reports)
+    return {"mode": "bare", "processes": args.processes, "agents": args.agents,
+            "server_workers": 0, "steps": steps, "seconds": elapsed, "steps_per_s": steps / elapsed,
+            "client_cpu_us_per_step": 1e6 * sum(r["cpu_s"] for r in reports) / steps,
+            "lost": []}  # fmt: skip
+
+
 def measure(mode: str, args: argparse.Namespace) -> dict:
     from workloads import _machine
 
+    if mode == "bare":
+        return measure_bare(args)
     name, db_url = scratch_database()
     server, base, key = start_server(db_url, args.workers)
     context = multiprocessing.get_context("spawn")  # nothing of this process in them
@@ -681,7 +746,9 @@ def losses(result: dict) -> list[str]:
 
 
 def print_table(results: list[dict]) -> None:
-    first = results[0]
+    bare = next((r for r in results if r["mode"] == "bare"), None)
+    results = [r for r in results if r["mode"] != "bare"]
+    first = results[0] if results else bare
     print(f"python: {sys.executable} ({sys.version.split()[0]}); {os.cpu_count()} cores; "
           f"server workers: {first['server_workers']}; {first['processes']} client processes "
           f"x {first['agents']} asyncio agents, same machine")  # fmt: skip
@@ -714,6 +781,13 @@ def print_table(results: list[dict]) -> None:
                 for path, (n, events) in sorted(sdk["requests"].items())
             )
         )
+    if bare is not None:
+        line = (f"bare (the same agents, no SDK, no server): {bare['steps_per_s']:.0f} steps/s, "
+                f"{bare['client_cpu_us_per_step']:.1f} us CPU per step")  # fmt: skip
+        if "sdk" in by_mode:
+            own = by_mode["sdk"]["client_cpu_us_per_step"] - bare["client_cpu_us_per_step"]
+            line += f"; the SDK's own client CPU: {own:.1f} us per step"
+        print(line)
     for r in results:
         made = r["made"]
         print(f"  {r['mode']}: {made['runs']} runs, {made['steps']} steps, {made['calls']} model "

@@ -33,7 +33,8 @@ and cost summed from ai_traces), the server's verdict (findings, detected_loop,
 known by construction: ``--verify`` checks it against the detectors), and the
 hourly rollups: agent_run_rollups and agent_duration_rollups from the runs,
 agent_tool_rollups with tool_rollups.stats_of_steps over every run's steps,
-the SQL the server's finish path runs.
+the SQL the server's finish path runs; and the histograms' daily copies
+(daily_rollups.py) summed from their hourly rows.
 
 ``--verify`` builds a small data set, replays every run of it through a real
 ``keelwave serve`` into a second database (run start, steps with their payloads
@@ -65,6 +66,7 @@ import psycopg
 sys.path.insert(0, os.path.dirname(__file__))
 from ingest import ADMIN_URL, start_server  # noqa: E402
 from scale_data import (  # noqa: E402
+    DAILY_ROLLUPS,
     DURATION_ROLLUPS,
     LOADED_TABLES,
     RUN_COLUMNS,
@@ -263,6 +265,7 @@ def build(name: str, runs: int, steps: int, days: float, method: str) -> dict:
         phases.run("run rollups", conn.execute, RUN_ROLLUPS)
         phases.run("duration rollups", conn.execute, DURATION_ROLLUPS)
         phases.run("tool rollups", tool_rollup_slices, url, project, base, days)
+        phases.run("daily histograms", lambda: [conn.execute(sql) for sql in DAILY_ROLLUPS])
         phases.run("vacuum analyze", conn.execute, "VACUUM ANALYZE")
         long_run = conn.execute(
             "SELECT id FROM kw_scale.plan WHERE n = %s", (long_run_number(runs),)

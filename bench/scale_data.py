@@ -25,7 +25,7 @@ from datetime import datetime
 
 import psycopg
 
-from keelwave.server.store import tool_rollups
+from keelwave.server.store import daily_rollups, tool_rollups
 from keelwave.server.store.histogram import bin_sql
 from keelwave.server.store.statements import ROLLUP_COUNTERS
 
@@ -673,9 +673,21 @@ INSERT INTO agent_tool_rollups (project_id, bucket, tool_name, duration_bin,
 {tool_rollups.stats_of_steps(f"({tool_rollups.steps_of_runs('slice')})")}
 """
 TOOL_ROLLUP_SETTINGS = ("enable_seqscan = off", "enable_hashjoin = off", "enable_mergejoin = off")
+# The daily copies of the histograms (daily_rollups.py): their hourly rows by UTC day.
+DAILY_ROLLUPS = [
+    f"""
+INSERT INTO {table.daily} (project_id, day, {", ".join(table.keys)}, {", ".join(table.counters)})
+SELECT project_id, date_trunc('day', bucket, 'UTC'), {", ".join(table.keys)},
+       {", ".join(f"sum({c})" for c in table.counters)}
+FROM {table.hourly} GROUP BY 1, 2, 3, 4
+"""
+    for table in daily_rollups.HISTOGRAMS
+]
 ROLLUP_TABLES = {  # table -> its key columns (without project_id)
     "agent_run_rollups": ("bucket", "agent_name"),
     "agent_duration_rollups": ("bucket", "agent_name", "duration_bin"),
     "agent_tool_rollups": ("bucket", "tool_name", "duration_bin"),
+    "agent_duration_rollups_daily": ("day", "agent_name", "duration_bin"),
+    "agent_tool_rollups_daily": ("day", "tool_name", "duration_bin"),
 }
 LOADED_TABLES = ("agent_steps", "ai_traces", "agent_runs")

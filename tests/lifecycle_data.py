@@ -161,19 +161,24 @@ _ROLLUPS = {
     "agent_run_rollups": "agent_name, bucket",
     "agent_duration_rollups": "agent_name, bucket, duration_bin",
     "agent_tool_rollups": "tool_name, bucket, duration_bin",
+    "agent_duration_rollups_daily": "agent_name, day, duration_bin",
+    "agent_tool_rollups_daily": "tool_name, day, duration_bin",
 }
 
 
 def rollups(db_url: str, project_id: str, since: datetime | None = None) -> dict[str, list]:
-    """Each rollup table's rows of a project (from the hour ``since`` on), without the
-    project's id, costs rounded (a subtraction leaves float residue)."""
+    """Each rollup table's rows of a project (from the hour ``since`` on, the daily ones
+    from its day on), without the project's id, costs rounded (a subtraction leaves
+    float residue)."""
     found = {}
+    since = since or datetime(1970, 1, 1, tzinfo=UTC)
     for table, keys in _ROLLUPS.items():
+        start = "day >= date_trunc('day', %s, 'UTC')" if "_daily" in table else "bucket >= %s"
         rows = query(
             db_url,
             f"SELECT to_jsonb(t) - 'project_id' FROM {table} t WHERE project_id = %s "
-            f"AND bucket >= %s ORDER BY {keys}",
-            (project_id, since or datetime(1970, 1, 1, tzinfo=UTC)),
+            f"AND {start} ORDER BY {keys}",
+            (project_id, since),
         )
         found[table] = [_rounded(row) for (row,) in rows]
     return found

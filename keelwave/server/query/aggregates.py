@@ -6,8 +6,9 @@ the partial hours at its edges, so a week reads ~170 rollup rows per agent
 plus at most two hours of runs, and the numbers are exact. Run-duration
 percentiles are exact (percentile_cont over the finished runs) while the
 window holds at most ``exact_percentiles_up_to`` (a setting) finished runs;
-beyond that they come from the hourly duration histograms the same way,
-within ``histogram.ACCURACY``. Token and cost totals are those of the
+beyond that they come from the duration histograms the same way, within
+``histogram.ACCURACY`` (whole UTC days from their daily copy, the other hours
+from the hourly rows: daily_rollups.py). Token and cost totals are those of the
 window's runs.
 """
 
@@ -31,7 +32,7 @@ from keelwave.server.query.schemas import (
     TerminationsResponse,
     TimeseriesResponse,
 )
-from keelwave.server.store import histogram
+from keelwave.server.store import daily_rollups, histogram
 from keelwave.server.store.statements import ROLLUP_COUNTERS
 
 routes = ApiRoutes("query")
@@ -160,13 +161,12 @@ WHERE project_id = %(project)s AND started_at >= %(since)s AND started_at < %(un
 GROUP BY 1
 """
 
-# (key, duration bin, runs), from the histograms of the whole hours and the
-# finished runs of the edges, like window_counters.
+# (key, duration bin, runs), from the histograms of the whole hours (the whole days
+# among them from the daily copy) and the finished runs of the edges, like
+# window_counters.
 _DURATION_HISTOGRAM = f"""
 SELECT {{key}}, duration_bin, sum(runs)
-FROM (
-    SELECT agent_name, duration_bin, runs FROM agent_duration_rollups
-    WHERE project_id = %(project)s AND bucket >= %(full_from)s AND bucket < %(full_to)s
+FROM ({daily_rollups.read_rows(daily_rollups.DURATIONS, "agent_name, duration_bin, runs", "full")}
     UNION ALL
     SELECT agent_name, {histogram.bin_sql("duration_ms")}, 1 FROM agent_runs
     WHERE project_id = %(project)s AND duration_ms IS NOT NULL
@@ -197,6 +197,7 @@ async def duration_percentiles(
     if finished_runs <= request.app[appkeys.SETTINGS].exact_percentiles_up_to:
         rows = await (await conn.execute(_EXACT_PERCENTILES.format(key=key), args)).fetchall()
         return {name: (p50, p95) for name, p50, p95 in rows}
+    args |= daily_rollups.hour_ranges(args["full_from"], args["full_to"], "full")
     bins: dict[str | None, list[tuple[int, int]]] = {}
     for name, duration_bin, runs in await (
         await conn.execute(_DURATION_HISTOGRAM.format(key=key), args)

@@ -3,7 +3,8 @@
 Tool calls count in the window their run started in, like every aggregate
 (so a run's calls are never split between two windows, and "repeated earlier
 in the same run" is decided over the whole run). Whole hours come from
-agent_tool_rollups, which holds finished runs; the runs still going, and the
+agent_tool_rollups, which holds finished runs (whole UTC days from its daily
+copy, daily_rollups.py); the runs still going, and the
 finished runs that make up the difference between the window's edges and
 whole hours, are read from their steps, so the counts are exact. Duration
 percentiles are exact (percentile_cont over the steps) while the window
@@ -25,7 +26,7 @@ from keelwave.server.http.params import Window
 from keelwave.server.http.responses import respond
 from keelwave.server.query.aggregates import HOUR, floor_hour, rate
 from keelwave.server.query.schemas import ToolsResponse
-from keelwave.server.store import histogram, tool_rollups
+from keelwave.server.store import daily_rollups, histogram, tool_rollups
 
 routes = ApiRoutes("query")
 
@@ -52,14 +53,16 @@ _RAW_RUNS = """
 _RAW_STATS = tool_rollups.stats_of_steps(f"({tool_rollups.steps_of_runs('raw_runs', 'r.sign')})")
 _COUNTERS = ", ".join(tool_rollups.COUNTERS)
 _SUMS = ", ".join(f"sum({c}) AS {c}" for c in tool_rollups.COUNTERS)
+_ROLLUP_ROWS = daily_rollups.read_rows(
+    daily_rollups.TOOLS, f"tool_name, duration_bin, {_COUNTERS}", "hours"
+)
 
 # (tool, duration bin, calls, runs, repeated calls, failed calls), bins ascending.
 _HISTOGRAM = f"""
 WITH raw_runs AS ({_RAW_RUNS})
 SELECT tool_name, duration_bin, {_SUMS}
 FROM (
-    SELECT tool_name, duration_bin, {_SUMS} FROM agent_tool_rollups
-    WHERE project_id = %(project)s AND bucket >= %(hours_from)s AND bucket < %(hours_to)s
+    SELECT tool_name, duration_bin, {_SUMS} FROM ({_ROLLUP_ROWS}) AS rollups
     GROUP BY 1, 2
     UNION ALL
     SELECT tool_name, duration_bin, {_COUNTERS} FROM ({_RAW_STATS}) AS raw
@@ -99,7 +102,7 @@ def _ranges(window: Window) -> dict[str, Any]:
 
 
 def _args(hours_from: datetime, hours_to: datetime, edges: list) -> dict[str, Any]:
-    args: dict[str, Any] = {"hours_from": hours_from, "hours_to": hours_to}
+    args = daily_rollups.hour_ranges(hours_from, hours_to, "hours")
     unused = (hours_from, hours_from, 1)
     for n, (since, until, sign) in enumerate([*edges, unused, unused][:2]):
         args |= {f"edge{n}_from": since, f"edge{n}_to": until, f"edge{n}_sign": sign}

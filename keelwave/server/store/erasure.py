@@ -31,7 +31,7 @@ from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
 
-from keelwave.server.store import statements, traces
+from keelwave.server.store import daily_rollups, statements, traces
 
 MAX_RUNS = statements.FINE_LOCKS_UP_TO  # per transaction: locked one by one
 MAX_ROWS = 50_000  # steps and model calls per transaction
@@ -135,6 +135,7 @@ MERGE_ROLLUPS = ";\n".join(
             ("project_id", "bucket", "tool_name", "duration_bin"),
             "calls",
         ),  # fmt: skip
+        *(daily_rollups.drop_emptied(table) for table in daily_rollups.HISTOGRAMS),
         *(f"DELETE FROM {name}" for name, _, _ in statements.ROLLUP_STAGES),
     )
 )

@@ -16,8 +16,10 @@ each retained project's cutoff (now minus its period, by run start) and:
    batches under per-run locks, pausing between them as long as each took:
    retention is never urgent). The runs of the cutoff's own hour are taken
    out of the rollups exactly; the rollups of the hours wholly before it are
-   deleted afterwards (their data is gone), so an aggregate over a window that
-   lies wholly inside the retained period is unchanged.
+   deleted afterwards (their data is gone; the daily histograms lose the days
+   before the cutoff's day, and that day what its deleted hours counted), so
+   an aggregate over a window that lies wholly inside the retained period is
+   unchanged.
 3. Sweeps rows older than the cutoff that belong to no run (model calls sent
    without one, steps whose run never came, OTLP spans that made no run) and
    alert events fired before it. The sweep reads from where the last round
@@ -45,7 +47,7 @@ import msgspec
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
-from keelwave.server.store import erasure, statements, traces
+from keelwave.server.store import daily_rollups, erasure, statements, traces
 from keelwave.server.store.periodic import Periodic
 from keelwave.server.store.timescale import TABLES as HYPERTABLES
 from keelwave.server.store.timescale import has_timescaledb
@@ -398,12 +400,29 @@ async def _sweep_window(
 
 
 async def _delete_rollups(work: _Round, project_id: uuid.UUID, before: datetime) -> int:
+    """Delete the project's rollup rows of the hours before ``before`` (the cutoff's hour).
+
+    The daily histograms (daily_rollups.py) lose their days wholly before the
+    cutoff's day, and that day loses what its hours before ``before`` counted,
+    taken out as those hourly rows go, so it stays the sum of its hours.
+    """
     deleted = 0
-    args = {"project": project_id, "before": before, "limit": ROWS_PER_STATEMENT}
+    day = daily_rollups.floor_day(before)
+    args = {"project": project_id, "before": before, "day": day, "limit": ROWS_PER_STATEMENT}
+    daily = {table.hourly: table for table in daily_rollups.HISTOGRAMS}
     for table, keys in ROLLUP_KEYS:
+        if table in daily:
+            retire = daily_rollups.retire_hours(daily[table])
+            while (count := (await work.rows(retire, args))[0][0]) > 0:
+                deleted += count
+            await work.execute(daily_rollups.drop_emptied_day(daily[table]), args)
         sql = DELETE_ROLLUPS.format(table=table, keys=keys)
         while (count := await work.execute(sql, args)) > 0:
             deleted += count
+        if table in daily:
+            sql = daily_rollups.delete_days(daily[table])
+            while (count := await work.execute(sql, args)) > 0:
+                deleted += count
     return deleted
 
 

@@ -9,8 +9,9 @@ writer's group commit, a finish, or the reaper timing runs out:
    duplicate checks and counter updates see each other's rows.
 2. It updates run rows before rollup rows.
 3. It changes rollup rows in one statement per rollup table, in key order,
-   run rollups, then duration rollups, then tool rollups, so two transactions
-   can never wait on each other's rollup rows.
+   run rollups, then duration rollups, then tool rollups (each histogram's
+   daily twin straight after it, daily_rollups.py), so two transactions can
+   never wait on each other's rollup rows.
 
 Counters on a run (steps, model calls, tokens, cost, last activity) are kept
 current as rows arrive. Rollups add up runs by (project, agent, hour the run
@@ -29,7 +30,7 @@ from collections.abc import AsyncIterator
 
 import psycopg
 
-from keelwave.server.store import tool_rollups
+from keelwave.server.store import daily_rollups, tool_rollups
 from keelwave.server.store.histogram import bin_sql
 
 # How every writing transaction begins. The duplicate checks and counter updates
@@ -379,14 +380,16 @@ ON CONFLICT ({_cols(keys)}) DO UPDATE SET
 MERGE_RUN_ROLLUPS = _merge(
     "agent_run_rollups", "kw_stage_rollups", ("project_id", "bucket", "agent_name"), ROLLUP_COUNTERS
 )
-MERGE_DURATION_ROLLUPS = _merge(
+# The histograms merge into their daily twins too, in the same statement
+# (daily_rollups.py): every caller keeps them without knowing of them.
+MERGE_DURATION_ROLLUPS = daily_rollups.with_daily(daily_rollups.DURATIONS, _merge(
     "agent_duration_rollups", "kw_stage_durations",
     ("project_id", "bucket", "agent_name", "duration_bin"), ("runs",),
-)  # fmt: skip
-MERGE_TOOL_ROLLUPS = _merge(
+))  # fmt: skip
+MERGE_TOOL_ROLLUPS = daily_rollups.with_daily(daily_rollups.TOOLS, _merge(
     "agent_tool_rollups", "kw_stage_tools",
     ("project_id", "bucket", "tool_name", "duration_bin"), tool_rollups.COUNTERS,
-)  # fmt: skip
+))  # fmt: skip
 # Every rollup table, in the order rule 3 fixes; no parameters, so one round trip.
 # How finishes and the reaper end: merge what they staged, and leave the staging
 # tables empty. (Their ON COMMIT DELETE ROWS is not enough: behind a transaction

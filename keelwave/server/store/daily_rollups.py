@@ -1,0 +1,186 @@
+"""Daily copies of the histogram rollups, so a month is read in days, not in hours.
+
+agent_duration_rollups and agent_tool_rollups count by (hour a run started,
+agent or tool, duration bin): about 150 bins an agent or tool an hour, so 30
+days of a busy project are 500,000 to 750,000 rows, and summing them was most
+of what summary, health and tools cost (220-340 ms on 50 million steps,
+docs/benchmarks.md). Each has a daily twin, ``…_daily``, keyed by the UTC day
+instead of the hour, holding at all times the sum of that day's hourly rows:
+every write that changes an hourly row changes its day's row by the same
+amount in the same statement (:func:`with_daily`), and retention, which
+deletes hourly rows whole, takes what it deletes of a kept day out of that
+day's row (:func:`retire_hours`). Readers take whole UTC days from the daily
+table and the hours of the window's first and last day from the hourly one
+(:func:`hour_ranges`, :func:`read_rows`), so every answer is what the hourly
+rows alone give, from about 24 times fewer rows.
+
+Only the histograms have daily twins: agent_run_rollups is one row an agent
+an hour (9,000 rows for a month of 12 agents), cheap to sum as it is.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any, NamedTuple
+
+from keelwave.server.store import tool_rollups
+
+DAY = timedelta(days=1)
+_DAY_OF = "date_trunc('day', {}, 'UTC')"
+
+
+class Histogram(NamedTuple):
+    """An hourly histogram rollup and its daily twin."""
+
+    hourly: str
+    daily: str
+    stage: str  # the session-local table writers stage changes in (statements.py)
+    keys: tuple[str, ...]  # besides project_id and the time column
+    counters: tuple[str, ...]
+    counts_something: str  # the counter that is 0 exactly when the row counts nothing
+
+
+DURATIONS = Histogram(
+    "agent_duration_rollups", "agent_duration_rollups_daily", "kw_stage_durations",
+    ("agent_name", "duration_bin"), ("runs",), "runs",
+)  # fmt: skip
+TOOLS = Histogram(
+    "agent_tool_rollups", "agent_tool_rollups_daily", "kw_stage_tools",
+    ("tool_name", "duration_bin"), tool_rollups.COUNTERS, "calls",
+)  # fmt: skip
+HISTOGRAMS = (DURATIONS, TOOLS)
+
+
+def _cols(names: tuple[str, ...]) -> str:
+    return ", ".join(names)
+
+
+def daily_keys(table: Histogram) -> tuple[str, ...]:
+    return ("project_id", "day", *table.keys)
+
+
+def _add_to_days(table: Histogram, rows: str, sign: str = "") -> str:
+    """INSERT … ON CONFLICT adding ``sign`` times the hourly-keyed ``rows`` (a FROM item
+    with project_id, bucket, the keys and counters) to their days, in key order."""
+    keys = _cols(daily_keys(table))
+    counters = table.counters
+    positions = _cols(tuple(str(n + 1) for n in range(len(daily_keys(table)))))
+    return f"""
+INSERT INTO {table.daily} AS r ({keys}, {_cols(counters)})
+SELECT project_id, {_DAY_OF.format("bucket")}, {_cols(table.keys)},
+       {", ".join(f"{sign}sum({c})" for c in counters)}
+FROM {rows} AS rows
+{{where}}
+GROUP BY {positions}
+ORDER BY {positions}
+ON CONFLICT ({keys}) DO UPDATE SET
+{", ".join(f"{c} = r.{c} + excluded.{c}" for c in counters)}
+"""
+
+
+def with_daily(table: Histogram, hourly_merge: str) -> str:
+    """``hourly_merge`` (the INSERT … ON CONFLICT adding ``table.stage`` to the hourly
+    rows) made into one statement that adds the same rows to their days as well.
+
+    One statement, so the writer's prepared statement and every caller of
+    statements.MERGE_ROLLUPS keep the daily rows without a change of their own.
+    The hourly upsert is a CTE that the daily one's one-time filter counts out
+    before it reads a row, so a transaction locks its hourly rows, then its daily
+    rows, each in key order: statements.py's rule 3, with each daily table
+    straight after its hourly one.
+    """
+    daily = _add_to_days(table, table.stage).format(
+        where="WHERE (SELECT count(*) FROM hourly) >= 0"
+    )
+    return f"WITH hourly AS ({hourly_merge.strip()}\nRETURNING 1){daily}"
+
+
+def drop_emptied(table: Histogram) -> str:
+    """Delete the daily rows whose days ``table.stage`` staged changes for and that now
+    count nothing (erasure does this for the hourly rows too: a tool name is data).
+    The merge has locked them already, so this waits for no one."""
+    join = " AND ".join(f"r.{key} = k.{key}" for key in daily_keys(table))
+    return (
+        f"DELETE FROM {table.daily} r USING (SELECT DISTINCT project_id, "
+        f"{_DAY_OF.format('bucket')} AS day, {_cols(table.keys)} FROM {table.stage}) k "
+        f"WHERE {join} AND r.{table.counts_something} = 0"
+    )
+
+
+def retire_hours(table: Histogram) -> str:
+    """Retention: delete up to %(limit)s hourly rows of the project from %(day)s (the
+    cutoff's day) to %(before)s (the cutoff's hour), taking them out of that day's
+    daily rows; SELECTs how many went.
+
+    The daily upsert is a CTE the main query does not read, which PostgreSQL runs
+    after the main query, so the hourly rows are locked first (rule 3).
+    """
+    keys = _cols(("project_id", "bucket", *table.keys))
+    subtract = _add_to_days(table, "gone", sign="-").format(where="")
+    return f"""
+WITH gone AS (
+    DELETE FROM {table.hourly} WHERE ({keys}) IN (
+        SELECT {keys} FROM {table.hourly}
+        WHERE project_id = %(project)s AND bucket >= %(day)s AND bucket < %(before)s
+        ORDER BY {keys} LIMIT %(limit)s)
+    RETURNING *
+), subtracted AS ({subtract})
+SELECT count(*) FROM gone
+"""
+
+
+def drop_emptied_day(table: Histogram) -> str:
+    """Retention: delete the daily rows of %(day)s that count nothing after retire_hours."""
+    return (
+        f"DELETE FROM {table.daily} WHERE project_id = %(project)s AND day = %(day)s "
+        f"AND {table.counts_something} = 0"
+    )
+
+
+def delete_days(table: Histogram) -> str:
+    """Retention: up to %(limit)s daily rows of the days wholly before %(day)s, in key order."""
+    keys = _cols(daily_keys(table))
+    return f"""
+DELETE FROM {table.daily} WHERE ({keys}) IN (
+    SELECT {keys} FROM {table.daily} WHERE project_id = %(project)s AND day < %(day)s
+    ORDER BY {keys} LIMIT %(limit)s)
+"""
+
+
+def floor_day(moment: datetime) -> datetime:
+    """The start of the UTC day ``moment`` falls in."""
+    return moment.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+
+
+def hour_ranges(hours_from: datetime, hours_to: datetime, name: str) -> dict[str, Any]:
+    """Query parameters that :func:`read_rows` ``name`` reads the whole hours
+    [hours_from, hours_to) with: the whole UTC days inside from the daily table
+    (``{name}_days_from``/``_days_to``, empty if there is no whole day), the hours
+    before and after them from the hourly one."""
+    days_from = floor_day(hours_from)
+    if days_from < hours_from:
+        days_from += DAY
+    days_to = floor_day(hours_to)
+    if days_from >= days_to:
+        days_from = days_to = hours_to
+    return {
+        f"{name}_from": hours_from,
+        f"{name}_to": hours_to,
+        f"{name}_days_from": days_from,
+        f"{name}_days_to": days_to,
+    }
+
+
+def read_rows(table: Histogram, columns: str, name: str) -> str:
+    """SELECT ``columns`` of the project's rows covering the hours of :func:`hour_ranges`
+    ``name``: one arm per range, each a plain range scan of a primary key."""
+    project = "project_id = %(project)s"
+    return f"""
+    SELECT {columns} FROM {table.hourly}
+    WHERE {project} AND bucket >= %({name}_from)s AND bucket < %({name}_days_from)s
+    UNION ALL
+    SELECT {columns} FROM {table.daily}
+    WHERE {project} AND day >= %({name}_days_from)s AND day < %({name}_days_to)s
+    UNION ALL
+    SELECT {columns} FROM {table.hourly}
+    WHERE {project} AND bucket >= %({name}_days_to)s AND bucket < %({name}_to)s"""

@@ -1,0 +1,273 @@
+"""Daily histograms: summary, health and tools read whole UTC days from the daily copies
+of the duration and tool histograms, and answer exactly as the hourly rows alone do, for
+windows of half a day to four days with edges on, before and after midnight; after late
+steps into runs of earlier days, re-finishes, the reaper, deletion and retention. The
+daily rows are always the sum of their day's hourly rows."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+
+import aiohttp
+import psycopg
+import pytest
+from conftest import Api, make_project, make_settings, query
+from lifecycle_data import Run, aggregates, send
+from psycopg_pool import AsyncConnectionPool
+
+from keelwave.db import migrate
+from keelwave.server.app import create_app
+from keelwave.server.store import daily_rollups, retention
+
+DAY = timedelta(days=1)
+NOW = datetime.now(UTC).replace(microsecond=0)
+MIDNIGHT = daily_rollups.floor_day(NOW)
+HISTOGRAM_PATHS = ("/summary", "/health", "/tools")
+
+
+@pytest.fixture
+async def api(db_url: str, aiohttp_server, monkeypatch):
+    """A real server whose percentiles always come from the histograms (never exact),
+    which times silent runs out after 2 s, and whose retention runs only when asked."""
+    monkeypatch.setattr(retention, "FIRST_AFTER_SECONDS", 3600.0)
+    settings = make_settings(
+        exact_percentiles_up_to=0,
+        stall_after_seconds=1,
+        timeout_after_seconds=2,
+        retention_every_seconds=3600,
+    )
+    server = await aiohttp_server(create_app(settings, db_url))
+    async with aiohttp.ClientSession() as session:
+        yield Api(str(server.make_url("")).rstrip("/"), session)
+
+
+def runs_over_days() -> list[Run]:
+    """Runs of two agents every 47 minutes over four days and a bit, so some start
+    just before and just after each midnight; every fifth one left running."""
+    runs = []
+    started = NOW - 4 * DAY - timedelta(hours=3)
+    n = 0
+    while started < NOW - timedelta(minutes=2):
+        runs.append(
+            Run(
+                started=started,
+                agent=("alpha", "beta")[n % 2],
+                reason=None if n % 5 == 4 else ("clean", "error", "max_steps_reached")[n % 3],
+                steps=n % 6,
+                calls=n % 2,
+                looping=n % 7 == 0,
+            )
+        )
+        started += timedelta(minutes=47, seconds=n % 13)
+        n += 1
+    # Two runs a second either side of a midnight.
+    for offset in (-1, 0):
+        runs.append(Run(started=MIDNIGHT - DAY + timedelta(seconds=offset), steps=3))
+    return runs
+
+
+def windows() -> list[tuple[datetime, datetime]]:
+    """Windows of 0.5 to 4 days, starting on a midnight, half an hour before one, an
+    hour after one and at an odd minute."""
+    found = []
+    for span in (DAY / 2, DAY, 1.5 * DAY, 2 * DAY, 3 * DAY, 4 * DAY):
+        for offset in (
+            timedelta(0),
+            -timedelta(minutes=30),
+            timedelta(hours=1),
+            timedelta(hours=13, minutes=17, seconds=31),
+        ):
+            since = MIDNIGHT - 4 * DAY + offset
+            while since + span <= NOW + timedelta(hours=1):
+                found.append((since, since + span))
+                since += 1.5 * DAY
+    return found
+
+
+def hourly_only(hours_from: datetime, hours_to: datetime, name: str) -> dict:
+    """daily_rollups.hour_ranges as if there were no daily rows to read: every hour
+    from the hourly table, as before the daily copies."""
+    return {
+        f"{name}_from": hours_from,
+        f"{name}_to": hours_to,
+        f"{name}_days_from": hours_to,
+        f"{name}_days_to": hours_to,
+    }
+
+
+async def answers(api: Api, project, monkeypatch) -> tuple[dict, dict]:
+    """The histogram aggregates for every window, read with the daily rows and without."""
+    new, old = {}, {}
+    for since, until in windows():
+        found = await aggregates(api, project, since, until)
+        new[since, until] = {path: found[path] for path in HISTOGRAM_PATHS}
+    with monkeypatch.context() as patch:
+        patch.setattr(daily_rollups, "hour_ranges", hourly_only)
+        for since, until in windows():
+            found = await aggregates(api, project, since, until)
+            old[since, until] = {path: found[path] for path in HISTOGRAM_PATHS}
+    return new, old
+
+
+def days_off_their_hours(db_url: str, project_id: str) -> list[tuple]:
+    """Daily rows that differ from the sum of their day's hourly rows (rows counting
+    nothing are left out on both sides)."""
+    found = []
+    for table in daily_rollups.HISTOGRAMS:
+        keys = ", ".join(table.keys)
+        counters = ", ".join(table.counters)
+        sums = ", ".join(f"sum({c})::bigint" for c in table.counters)
+        found += query(
+            db_url,
+            f"""
+            WITH hours AS (
+                SELECT date_trunc('day', bucket, 'UTC') AS day, {keys}, {sums}
+                FROM {table.hourly} WHERE project_id = %(p)s GROUP BY 1, {keys}
+                HAVING sum({table.counts_something}) <> 0
+            ), days AS (
+                SELECT day, {keys}, {counters} FROM {table.daily}
+                WHERE project_id = %(p)s AND {table.counts_something} <> 0
+            )
+            SELECT '{table.daily}', * FROM ((TABLE hours EXCEPT ALL TABLE days)
+                UNION ALL (TABLE days EXCEPT ALL TABLE hours)) AS differ
+            """.replace("%(p)s", "%s"),
+            (project_id,) * 2,
+        )
+    return found
+
+
+async def finished_by_reaper(db_url: str, project_id: str) -> None:
+    for _ in range(200):
+        if query(
+            db_url,
+            "SELECT count(*) FROM agent_runs WHERE project_id = %s AND ended_at IS NULL",
+            (project_id,),
+        ) == [(0,)]:
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError("the reaper left runs unfinished")
+
+
+async def late_steps(api: Api, project, run: Run) -> None:
+    """Steps for a run that finished days ago: its tool calls move in the rollups."""
+    more = Run(started=run.started, steps=run.steps + 3, id=run.id).step_bodies()[run.steps :]
+    status, body, _ = await api.post(
+        "/v1/ingest/agent/steps", json=more, headers=project.auth("ingest")
+    )
+    assert status == 200, body
+
+
+async def refinish(api: Api, project, run: Run, seconds: float) -> None:
+    """Finish a finished run again with another duration: it moves between bins."""
+    finish = {
+        "termination_reason": "error",
+        "ended_at": (run.started + timedelta(seconds=seconds)).isoformat(),
+    }
+    status, body, _ = await api.post(
+        f"/v1/ingest/agent/runs/{run.id}/finish", json=finish, headers=project.auth("ingest")
+    )
+    assert status == 200, body
+
+
+async def test_daily_histograms_answer_as_the_hourly_ones(api: Api, db_url: str, monkeypatch):
+    project = make_project(db_url)
+    runs = runs_over_days()
+    await send(api, project, runs)
+    finished = [run for run in runs if run.reason and run.steps]
+    await late_steps(api, project, finished[1])  # four days ago
+    await late_steps(api, project, finished[len(finished) // 2])
+    await refinish(api, project, finished[2], seconds=4321.5)
+    await refinish(api, project, finished[-3], seconds=0.25)
+    await finished_by_reaper(db_url, project.id)
+    assert query(
+        db_url,
+        "SELECT count(DISTINCT day) FROM agent_duration_rollups_daily WHERE project_id = %s",
+        (project.id,),
+    ) == [(5,)]
+    assert days_off_their_hours(db_url, project.id) == []
+    new, old = await answers(api, project, monkeypatch)
+    assert new == old
+    some = new[MIDNIGHT - 4 * DAY, MIDNIGHT - 2 * DAY]
+    assert some["/summary"]["data"]["current"]["p95_duration_ms"] is not None
+    assert some["/tools"]["data"], "the tools answer is not empty"
+
+    # Deletion takes the runs out of the days too.
+    for run in (finished[3], runs[-1]):
+        status, body, _ = await api.request(
+            "DELETE", f"/v1/projects/{project.id}/agent/runs/{run.id}", headers=project.auth()
+        )
+        assert status == 200, body
+    assert days_off_their_hours(db_url, project.id) == []
+    new, old = await answers(api, project, monkeypatch)
+    assert new == old
+
+    # Retention of two days: the cutoff falls inside a day, whose daily rows keep
+    # only what its kept hours count.
+    status, body, _ = await api.request(
+        "PATCH", f"/v1/projects/{project.id}", json={"retention_days": 2}, headers=project.auth()
+    )
+    assert status == 200, body
+    async with AsyncConnectionPool(db_url, kwargs={"autocommit": True}, open=False) as pool:
+        summary = None
+        while summary is None:
+            summary = await retention.enforce(pool)
+    [tally] = [p for p in summary["projects"] if p["project"] == project.name]
+    cutoff_day = daily_rollups.floor_day(tally["cutoff"])
+    assert tally["rollup_rows"] > 0
+    assert days_off_their_hours(db_url, project.id) == []
+    for table in daily_rollups.HISTOGRAMS:
+        assert query(
+            db_url,
+            f"SELECT count(*) FROM {table.daily} WHERE project_id = %s AND day < %s",
+            (project.id, cutoff_day),
+        ) == [(0,)]
+    new, old = await answers(api, project, monkeypatch)
+    assert new == old
+
+
+def test_hour_ranges_split_whole_days_from_the_edge_hours() -> None:
+    day = datetime(2026, 3, 10, tzinfo=UTC)
+    hour = timedelta(hours=1)
+    ranges = daily_rollups.hour_ranges(day - 3 * hour, day + 2 * DAY + 5 * hour, "x")
+    assert (ranges["x_days_from"], ranges["x_days_to"]) == (day, day + 2 * DAY)
+    ranges = daily_rollups.hour_ranges(day, day + DAY, "x")
+    assert (ranges["x_days_from"], ranges["x_days_to"]) == (day, day + DAY)
+    # No whole day inside: everything from the hourly rows.
+    ranges = daily_rollups.hour_ranges(day + hour, day + DAY + hour, "x")
+    assert ranges["x_days_from"] == ranges["x_days_to"] == day + DAY + hour
+    ranges = daily_rollups.hour_ranges(day, day, "x")
+    assert ranges["x_days_from"] == ranges["x_days_to"] == day
+
+
+def test_the_migration_fills_the_days_from_the_hours(fresh_db_url: str) -> None:
+    """A database with history gets daily rows that are its hourly rows summed by day."""
+    migrate.upgrade(fresh_db_url, "0013")
+    with psycopg.connect(fresh_db_url) as conn:
+        conn.execute("INSERT INTO projects (id, name) VALUES (gen_random_uuid(), 'old')")
+        for hour, agent, bin_, runs in ((22, "a", 40, 2), (23, "a", 40, 3), (25, "a", 41, 1)):
+            conn.execute(
+                "INSERT INTO agent_duration_rollups SELECT id, %s, %s, %s, %s FROM projects",
+                (datetime(2026, 1, 1, tzinfo=UTC) + timedelta(hours=hour), agent, bin_, runs),
+            )
+            conn.execute(
+                "INSERT INTO agent_tool_rollups SELECT id, %s, 'grep', %s, %s, 1, 0, 1 "
+                "FROM projects",
+                (datetime(2026, 1, 1, tzinfo=UTC) + timedelta(hours=hour), bin_, runs * 2),
+            )
+    migrate.upgrade(fresh_db_url)
+    with psycopg.connect(fresh_db_url) as conn:
+        durations = conn.execute(
+            "SELECT day, agent_name, duration_bin, runs FROM agent_duration_rollups_daily "
+            "ORDER BY 1, 3"
+        ).fetchall()
+        tools = conn.execute(
+            "SELECT day, duration_bin, calls, runs, repeated_calls, error_calls "
+            "FROM agent_tool_rollups_daily ORDER BY 1, 2"
+        ).fetchall()
+    first, second = datetime(2026, 1, 1, tzinfo=UTC), datetime(2026, 1, 2, tzinfo=UTC)
+    assert durations == [(first, "a", 40, 5), (second, "a", 41, 1)]
+    assert tools == [(first, 40, 10, 2, 0, 2), (second, 41, 2, 1, 0, 1)]
+    migrate.downgrade(fresh_db_url, "0013")
+    with psycopg.connect(fresh_db_url) as conn:
+        assert conn.execute("SELECT to_regclass('agent_tool_rollups_daily')").fetchone() == (None,)

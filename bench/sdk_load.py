@@ -48,6 +48,7 @@ import multiprocessing
 import os
 import random
 import resource
+import statistics
 import subprocess
 import sys
 import time
@@ -745,47 +746,82 @@ def losses(result: dict) -> list[str]:
 # -- the report -------------------------------------------------------------------------------
 
 
+def total_cpu_us(result: dict) -> float:
+    """All the CPU one committed step cost on this machine: client, server, PostgreSQL."""
+    return (result["client_cpu_us_per_step"] + result["server_cpu_us_per_step"]
+            + result["backend_cpu_us_per_step"])  # fmt: skip
+
+
+def ratios(results: list[dict]) -> list[dict]:
+    """Per round, sdk against each raw mode measured in that round: committed steps/s,
+    and the CPU per step of the raw mode over the sdk's (where a machine with no one
+    else on it would take them: CPU-bound, the rates would be in that ratio)."""
+    found = []
+    for number in sorted({r["round"] for r in results}):
+        of_round = {r["mode"]: r for r in results if r["round"] == number}
+        sdk = of_round.get("sdk")
+        for other in ("raw", "per-agent"):
+            if sdk is not None and other in of_round:
+                raw = of_round[other]
+                found.append({"round": number, "against": other,
+                              "steps": sdk["steps_per_s"] / raw["steps_per_s"],
+                              "cpu": total_cpu_us(raw) / total_cpu_us(sdk)})  # fmt: skip
+    return found
+
+
 def print_table(results: list[dict]) -> None:
-    bare = next((r for r in results if r["mode"] == "bare"), None)
+    bare = [r for r in results if r["mode"] == "bare"]
     results = [r for r in results if r["mode"] != "bare"]
-    first = results[0] if results else bare
+    first = results[0] if results else bare[0]
+    rounds = len({r["round"] for r in results}) if results else 1
     print(f"python: {sys.executable} ({sys.version.split()[0]}); {os.cpu_count()} cores; "
           f"server workers: {first['server_workers']}; {first['processes']} client processes "
           f"x {first['agents']} asyncio agents, same machine")  # fmt: skip
-    print(f"{'mode':<11}{'steps/s':>9}{'runs/s':>8}{'calls/s':>8}{'secs':>6}{'srv us':>8}"
-          f"{'pg us':>7}{'client us':>10}{'busy':>6}{'load':>6}  server RSS MiB")  # fmt: skip
+    print(f"{'mode':<14}{'steps/s':>9}{'runs/s':>8}{'calls/s':>8}{'secs':>6}{'srv us':>8}"
+          f"{'pg us':>7}{'client us':>10}{'all us':>8}{'busy':>6}{'load':>6}"
+          "  server RSS MiB")  # fmt: skip
     for r in results:
         rss = r["rss_mib"]
-        memory = f"{min(rss):.0f}-{max(rss):.0f} over {len(rss)} s" if rss else "-"
-        print(f"{r['mode']:<11}{r['steps_per_s']:>9.0f}{r['runs_per_s']:>8.0f}"
+        memory = (
+            f"{rss[0]:.0f} .. {max(rss):.0f} .. {rss[-1]:.0f} over {len(rss)} s" if rss else "-"
+        )
+        label = r["mode"] + (f" #{r['round']}" if rounds > 1 else "")
+        print(f"{label:<14}{r['steps_per_s']:>9.0f}{r['runs_per_s']:>8.0f}"
               f"{r['calls_per_s']:>8.0f}{r['seconds']:>6.1f}{r['server_cpu_us_per_step']:>8.1f}"
               f"{r['backend_cpu_us_per_step']:>7.1f}{r['client_cpu_us_per_step']:>10.1f}"
-              f"{r['machine_busy']:>6.0%}{r['load_average_1min']:>6.1f}  {memory}")  # fmt: skip
+              f"{total_cpu_us(r):>8.1f}{r['machine_busy']:>6.0%}{r['load_average_1min']:>6.1f}"
+              f"  {memory}")  # fmt: skip
     print("steps/s: steps in the database / seconds from the first send to the last commit "
           "(sdk: every client.flush() returned); srv/pg us: CPU us per step of the server's "
           "processes / its PostgreSQL backends; client us: the client processes' own CPU "
-          "(agents, SDK and its sender threads, or the raw sender) per step")  # fmt: skip
-    by_mode = {r["mode"]: r for r in results}
-    if "sdk" in by_mode:
-        sdk = by_mode["sdk"]
-        for other in ("raw", "per-agent"):
-            if other in by_mode:
-                print(f"sdk / {other}: {sdk['steps_per_s'] / by_mode[other]['steps_per_s']:.2f}")
+          "(agents, SDK and its sender threads, or the raw sender) per step; all us: the "
+          "three together; server RSS: first .. largest .. last sample")  # fmt: skip
+    found = ratios(results)
+    for other in ("raw", "per-agent"):
+        mine = [f for f in found if f["against"] == other]
+        if mine:
+            steps = statistics.median(f["steps"] for f in mine)
+            cpu = statistics.median(f["cpu"] for f in mine)
+            each = ", ".join(f"{f['steps']:.2f}" for f in mine)
+            print(f"sdk / {other}: steps/s {steps:.2f} (median of {each}); CPU per step, "
+                  f"{other} / sdk: {cpu:.2f}")  # fmt: skip
+    for sdk in (r for r in results if r["mode"] == "sdk"):
         print(
-            f"sdk: client CPU per step {sdk['agents_cpu_us_per_step']:.1f} us in the agents' "
-            f"thread, {sdk['sender_cpu_us_per_step']:.1f} us in the SDK's sender threads; "
-            f"agents done after {sdk['agents_done_s']:.1f} s of {sdk['seconds']:.1f}; "
-            f"longest queue {sdk['longest_queue']} events; requests "
+            f"sdk #{sdk['round']}: client CPU per step {sdk['agents_cpu_us_per_step']:.1f} us "
+            f"in the agents' thread, {sdk['sender_cpu_us_per_step']:.1f} us in the SDK's "
+            f"sender threads; agents done after {sdk['agents_done_s']:.1f} s of "
+            f"{sdk['seconds']:.1f}; longest queue {sdk['longest_queue']} events; requests "
             + ", ".join(
                 f"{path.rsplit('/', 1)[-1]} {n} ({events / max(1, n):.0f} events each)"
                 for path, (n, events) in sorted(sdk["requests"].items())
             )
         )
-    if bare is not None:
-        line = (f"bare (the same agents, no SDK, no server): {bare['steps_per_s']:.0f} steps/s, "
-                f"{bare['client_cpu_us_per_step']:.1f} us CPU per step")  # fmt: skip
-        if "sdk" in by_mode:
-            own = by_mode["sdk"]["client_cpu_us_per_step"] - bare["client_cpu_us_per_step"]
+    for one in bare:
+        line = (f"bare (the same agents, no SDK, no server): {one['steps_per_s']:.0f} steps/s, "
+                f"{one['client_cpu_us_per_step']:.1f} us CPU per step")  # fmt: skip
+        sdks = [r["client_cpu_us_per_step"] for r in results if r["mode"] == "sdk"]
+        if sdks:
+            own = statistics.median(sdks) - one["client_cpu_us_per_step"]
             line += f"; the SDK's own client CPU: {own:.1f} us per step"
         print(line)
     for r in results:
@@ -809,11 +845,16 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=15, help="how long agents start runs")
     parser.add_argument("--workers", type=int, default=None, help="server processes")
     parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
+    parser.add_argument("--repeat", type=int, default=1, help="rounds of the modes in turn")
     parser.add_argument("--json", help="also write the results to this file")
     parser.add_argument("--py-spy-client", help="profile the first sdk client process "
                         "(py-spy raw) into this file")  # fmt: skip
     args = parser.parse_args()
-    results = [measure(mode, args) for mode in args.modes]
+    results = []
+    for number in range(1, args.repeat + 1):  # the modes in turn: side by side, each round
+        for mode in args.modes:
+            if mode != "bare" or number == 1:  # bare needs no server: once is enough
+                results.append({**measure(mode, args), "round": number})
     print_table(results)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))

@@ -48,6 +48,8 @@ from functools import lru_cache
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
+import msgspec
+
 MASK_ID = "\u2400id"
 MASK_TIME = "\u2400time"
 _RAW = "\u2400raw:"  # prefix for bytes that are not JSON: never equal to a JSON text
@@ -114,6 +116,7 @@ _EPOCH_IN_TEXT = re.compile(r"\b1\d{9}(?:\d{3})?\b")
 _TOKEN = re.compile(r"[A-Za-z0-9_\-+/=.:]{10,}")
 _LONG_WORD = re.compile(r"\S{10}")
 _DIGIT = re.compile(r"\d")
+_MAYBE_RANDOM = re.compile(r"\d|[A-Z].*[A-Z]")
 _SEPARATORS = re.compile(r"[_\-+/=.:]+")
 _HEX = re.compile(r"[0-9a-fA-F]{16,}")
 _WORD_PUNCTUATION = "()[]{}<>,;\"'`!?"
@@ -147,8 +150,16 @@ def opaque(raw: bytes) -> str:
     return _RAW + raw.decode("utf-8", "replace")
 
 
+# Canonical JSON: keys sorted, no spaces, UTF-8 as is (json.dumps with sort_keys, but
+# ten times faster). The keys are only ever compared with each other.
+_ENCODER = msgspec.json.Encoder(order="sorted")
+
+
 def dumps(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    try:
+        return _ENCODER.encode(value).decode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate ("\ud800" in the JSON): the slow way
+        return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 # The keys below are pure functions of the payload's bytes, and the server judges a
@@ -243,8 +254,8 @@ def looks_random(token: str) -> bool:
     """A long hex string, or a segment of 10+ characters that mixes digits with letters
     and changes class (digit, lower, upper) at least every 4 characters; without
     digits, 12+ characters changing case at least every 3."""
-    if not _TOKEN.fullmatch(token):
-        return False
+    if not _MAYBE_RANDOM.search(token) or not _TOKEN.fullmatch(token):
+        return False  # (every branch below needs a digit, or two capitals)
     for segment in _SEPARATORS.split(token):
         if len(segment) < 10:
             continue

@@ -46,6 +46,12 @@ ADMIN_URL = os.environ.get(
 )
 
 
+# The whole suite runs on a Citus cluster when both URLs name its coordinator
+# (citus_cluster.py): each database is then made on every node and migrated, as
+# Citus cannot copy a distributed database from a template.
+ON_CITUS = os.environ.get("KEELWAVE_TEST_CITUS_URL") == ADMIN_URL
+
+
 def database_url(name: str) -> str:
     base, _, _ = ADMIN_URL.rpartition("/")
     return f"{base}/{name}"
@@ -56,6 +62,13 @@ def _admin() -> psycopg.Connection:
 
 
 def create_database(name: str, template: str | None = None) -> str:
+    if ON_CITUS:
+        import citus_cluster
+
+        url = citus_cluster.create_database(name)
+        if template:
+            migrate.upgrade(url)
+        return url
     with _admin() as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         if template:
@@ -66,6 +79,11 @@ def create_database(name: str, template: str | None = None) -> str:
 
 
 def drop_database(name: str) -> None:
+    if ON_CITUS:
+        import citus_cluster
+
+        citus_cluster.drop_database(name)
+        return
     with _admin() as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
@@ -74,6 +92,9 @@ def drop_database(name: str) -> None:
 def template_database() -> Iterator[str]:
     """A database at the latest migration, to clone from."""
     name = f"kw_template_{os.getpid()}"
+    if ON_CITUS:  # no template: create_database migrates each database instead
+        yield name
+        return
     url = create_database(name)
     migrate.upgrade(url)
     with psycopg.connect(url, autocommit=True) as conn:

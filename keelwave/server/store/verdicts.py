@@ -83,16 +83,18 @@ SELECT s.step_index, s.tool_name, s.input_fingerprint,
        CASE WHEN s.in_block THEN s.tool_output::text END
 FROM (
     SELECT t.step_index, t.tool_name, t.input_fingerprint, t.tool_input, t.tool_output,
-           count(*) OVER (PARTITION BY t.tool_name) AS tool_calls,
+           count(*) OVER (PARTITION BY t.project_id, t.run_id, t.tool_name) AS tool_calls,
            (t.tool_name = lag(t.tool_name) OVER w AND t.tool_name = lag(t.tool_name, 2) OVER w)
         OR (t.tool_name = lag(t.tool_name) OVER w AND t.tool_name = lead(t.tool_name) OVER w)
         OR (t.tool_name = lead(t.tool_name) OVER w
             AND t.tool_name = lead(t.tool_name, 2) OVER w) AS in_block
     FROM agent_steps t
     WHERE t.project_id = {project} AND t.run_id = {run} AND t.tool_name IS NOT NULL
-    WINDOW w AS (ORDER BY t.step_index)
+    WINDOW w AS (PARTITION BY t.project_id, t.run_id ORDER BY t.step_index)
 ) s
 """
+# (The windows name the project and run they are over, though the query reads one run:
+# Citus pushes a window down to the shards only if it is partitioned by project_id.)
 # The runs' step counts and their calls, from one snapshot: the steps are those counted.
 READ = f"""
 WITH k AS (
@@ -104,9 +106,12 @@ UNION ALL
 SELECT k.project_id, k.run_id, NULL, c.*
 FROM k CROSS JOIN LATERAL ({CALLS_OF_RUN.format(project="k.project_id", run="k.run_id")}) c
 """
+# (kinds are cast here, not in the UPDATE: Citus refuses a STABLE function, the cast
+# to text[], applied to a column in an UPDATE it sends to the shards.)
 _INPUT = """
-    SELECT * FROM unnest(%(projects)s::uuid[], %(ids)s::uuid[], %(detected)s::boolean[],
-                         %(began)s::int[], %(kinds)s::text[], %(steps)s::int[])
+    SELECT project_id, id, detected, began, kinds::text[] AS kinds, steps
+    FROM unnest(%(projects)s::uuid[], %(ids)s::uuid[], %(detected)s::boolean[],
+                %(began)s::int[], %(kinds)s::text[], %(steps)s::int[])
         AS v (project_id, id, detected, began, kinds, steps)"""
 _SHARE_COLUMNS = ", ".join(statements.VERDICT_COUNTERS)
 # Save the verdicts of runs that still have the steps they were judged on, and stage
@@ -119,7 +124,7 @@ WITH v AS ({_INPUT}
     WHERE r.step_count = v.steps
 ), new AS (
     UPDATE agent_runs r SET detected_loop = v.detected, detected_loop_step_index = v.began,
-           findings = v.kinds::text[], verdict_steps = v.steps
+           findings = v.kinds, verdict_steps = v.steps
     FROM v WHERE r.project_id = v.project_id AND r.id = v.id AND r.step_count = v.steps
     RETURNING r.*
 ), shares AS (

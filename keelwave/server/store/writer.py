@@ -114,6 +114,7 @@ class IngestWriter:
         transaction_pooling: bool = False,
         refusal_reporter: refusals.Reporter | None = None,
         steps_committed: Callable[[], None] | None = None,
+        lane_class: type = Lane,
     ) -> None:
         self._metrics = metrics or _NoEvents()
         # Told after every commit that stored steps (the verdict keeper, verdicts.py).
@@ -127,8 +128,11 @@ class IngestWriter:
         # Several lanes, each a connection committing batches: while one waits on
         # PostgreSQL, another fills the next batch. Run locks keep them apart.
         self._lanes = [
-            Lane(conninfo, connect_timeout, transaction_pooling) for _ in range(max(1, lanes))
+            lane_class(conninfo, connect_timeout, transaction_pooling) for _ in range(max(1, lanes))
         ]
+        # On Citus (store/citus/lane.py) a transaction holds one project's requests,
+        # so that it is routed to one shard: a batch is flushed project by project.
+        self._per_project = getattr(lane_class, "PER_PROJECT", False)
         self._tasks: list[asyncio.Task] = []
         self._rows_written = [0, 0, 0]  # per stage: runs, steps, model calls
         # The cause while ingest cannot commit for a reason retrying will not cure.
@@ -184,7 +188,9 @@ class IngestWriter:
                 await self._wakeup.wait()
                 self._wakeup.clear()
                 continue
-            await self._flush(self._take_batch(), lane)
+            batch = self._take_batch()
+            for part in _by_project(batch) if self._per_project else (batch,):
+                await self._flush(part, lane)
 
     def _take_batch(self) -> list[Submission]:
         batch = [self._queue.popleft()]
@@ -290,6 +296,15 @@ class IngestWriter:
                 young.append(TABLE_OF_STAGE[stage])
         if young:
             await lane.analyze(young)
+
+
+def _by_project(batch: list[Submission]) -> list[list[Submission]]:
+    """The batch's requests grouped by project (every row's first column), in order."""
+    groups: dict[object, list[Submission]] = {}
+    for submission in batch:
+        project = next(part[0][0] for part in submission.rows if part)
+        groups.setdefault(project, []).append(submission)
+    return list(groups.values())
 
 
 def _settle(batch: list[Submission], error: BaseException | None) -> None:

@@ -30,7 +30,7 @@ from keelwave.server.ingest.otlp.export import TraceIngest
 from keelwave.server.ingest.pricing import PriceTable
 from keelwave.server.lifecycle import routes as lifecycle
 from keelwave.server.lifecycle import transfer
-from keelwave.server.query import aggregates, finding_counts, loops, runs, tools
+from keelwave.server.query import aggregates, loops, runs, tools
 from keelwave.server.store import citus, connection_check, pooling, refusals, timescale
 from keelwave.server.store.citus.lane import CitusLane
 from keelwave.server.store.lane import Lane
@@ -54,7 +54,6 @@ ROUTE_TABLES = (
     loops.routes,
     openapi.routes,
     aggregates.routes,
-    finding_counts.routes,
     runs.routes,
     tools.routes,
     lifecycle.routes,

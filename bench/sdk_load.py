@@ -1,8 +1,8 @@
 """The real Python SDK as the client: many concurrent agents in several processes.
 
     python bench/sdk_load.py [--processes 4] [--agents 50] [--seconds 15]
-                             [--modes sdk raw per-agent] [--json out.json]
-                             [--py-spy-client out.txt]
+                             [--modes sdk raw per-agent bare] [--repeat 1]
+                             [--json out.json] [--py-spy-client out.txt]
 
 Each mode gets a fresh scratch database on the PostgreSQL at
 KEELWAVE_BENCH_DATABASE_URL and a real `keelwave serve` on it (bench/ingest.py's
@@ -29,13 +29,24 @@ clean (70%), a loop (the agent repeats its last call; 10%), a tool that raises
 - **per-agent**: the same rows, each agent posting its own run as it goes (run
   start, steps in arrays of 5-10 with its model calls between, the finish):
   bench/workloads.py's agent-shaped client, with these runs.
+- **bare**: the same agents with their tools undecorated, no SDK and no
+  server: what the agents cost by themselves (the SDK's own client CPU per
+  step is sdk's less this).
+
+``--repeat N`` runs the modes in turn N times (bare once) and reports the
+median of the rounds' sdk/raw ratios: on a shared machine each side of a
+ratio gets a different share of the CPU, and turns keep them close in time.
 
 Afterwards the database is counted: every step, run, finish (by termination
 reason) and model call an agent made must be there, once; the bench fails
 loudly otherwise. Reported per mode: committed steps/s from the first send to
 the last commit, the ratio of sdk to the raw modes, server and PostgreSQL CPU
 per step (bench/workloads.py's measures), the client processes' own CPU per
-step, the SDK's queue at its longest, and the server's memory every second.
+step (and the agents' thread alone), the SDK's queue at its longest and how it
+batched, and the server's memory every second. Agents this fast make events
+faster than the server commits them here: the SDK's queue grows through a run
+(about 24,000 events a process after 120 s on the shared 2-core machine), and a
+run of many minutes would fill it (100,000) and the SDK would drop, and say so.
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ commits buffered writes before the pool goes away.
 from __future__ import annotations
 
 import gc
+import logging
 from collections.abc import AsyncIterator
 
 import psycopg
@@ -30,12 +31,16 @@ from keelwave.server.ingest.pricing import PriceTable
 from keelwave.server.lifecycle import routes as lifecycle
 from keelwave.server.lifecycle import transfer
 from keelwave.server.query import aggregates, finding_counts, loops, runs, tools
-from keelwave.server.store import connection_check, pooling, refusals, timescale
+from keelwave.server.store import citus, connection_check, pooling, refusals, timescale
+from keelwave.server.store.citus.lane import CitusLane
+from keelwave.server.store.lane import Lane
 from keelwave.server.store.reaper import Reaper
 from keelwave.server.store.retention import Enforcer
 from keelwave.server.store.verdicts import VerdictKeeper
 from keelwave.server.store.writer import IngestWriter
 from keelwave.settings import Settings
+
+log = logging.getLogger("keelwave.server")
 
 RECONNECT_SECONDS = 5.0
 
@@ -145,6 +150,7 @@ async def _database(app: web.Application) -> AsyncIterator[None]:
     if not pooled:
         app[appkeys.GENERIC_RUN_PLANS] = await _on_timescaledb(conninfo, connect_timeout)
     verdicts = VerdictKeeper(pool)
+    distributed = await _on_citus(conninfo, connect_timeout)
     writer = IngestWriter(
         conninfo,
         settings.flush_max_rows,
@@ -155,6 +161,7 @@ async def _database(app: web.Application) -> AsyncIterator[None]:
         transaction_pooling=pooled,
         refusal_reporter=app[appkeys.REFUSALS],
         steps_committed=verdicts.wake,
+        lane_class=CitusLane if distributed else Lane,
     )
     writer.start()
     if settings.server_verdicts:
@@ -224,6 +231,19 @@ async def _on_timescaledb(conninfo: str, connect_timeout: int) -> bool:
         ) as conn:
             return await timescale.has_timescaledb(conn)
     except psycopg.Error:  # the database is down: plan as on plain PostgreSQL
+        return False
+
+
+async def _on_citus(conninfo: str, connect_timeout: int) -> bool:
+    """Whether the database holds the distributed schema (store/citus/), checked once
+    at start: the ingest writer's lanes are chosen by it."""
+    try:
+        async with await psycopg.AsyncConnection.connect(
+            conninfo, autocommit=True, connect_timeout=connect_timeout
+        ) as conn:
+            return await citus.on_citus(conn)
+    except psycopg.Error:  # the database is down: the plain writer (a restart finds out)
+        log.warning("could not tell whether the database is Citus; writing as to PostgreSQL")
         return False
 
 

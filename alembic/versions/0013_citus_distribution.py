@@ -56,6 +56,8 @@ REFERENCE_TABLES = (
     "alert_evaluation",
     "retention_enforcement",
     "retention_sweeps",
+    # alembic's own: a server connected to a worker must see the schema's revision too.
+    "alembic_version",
 )
 DISTRIBUTED_TABLES = (
     "agent_runs",  # first: the others are co-located with it
@@ -131,5 +133,10 @@ def downgrade() -> None:
     # first, so none is left co-located with a table that is gone).
     for table in reversed(DISTRIBUTED_TABLES):
         op.execute(f"SELECT undistribute_table('{table}', cascade_via_foreign_keys => false)")
+    # A reference table is undistributed with every table its foreign keys connect it
+    # to, so the first of a connected set takes the rest with it.
     for table in reversed(REFERENCE_TABLES):
-        op.execute(f"SELECT undistribute_table('{table}', cascade_via_foreign_keys => true)")
+        op.execute(
+            f"SELECT undistribute_table('{table}', cascade_via_foreign_keys => true) "
+            f"WHERE EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = '{table}'::regclass)"
+        )

@@ -54,29 +54,58 @@ def lock_runs(project: uuid.UUID, run_ids: set[int]) -> str:
     )
 
 
+def _drop_known(
+    stage: str,
+    table: str,
+    p: str,
+    key: tuple[str, ...],
+    batch_key: tuple[str, ...] | None = None,
+    same_or_null: str | None = None,
+) -> tuple[str, str]:
+    """Two DELETEs that leave in ``stage`` only the project's new rows: those stored in
+    ``table`` already, by ``key``, and the repeats within the batch, by ``batch_key``
+    (default ``key``; the first one, by seq, stays).
+
+    Joins (DELETE … USING), not OR-ed EXISTS subqueries: Citus prunes a DELETE with
+    a disjunction of subqueries to no shard at all and sends it to every shard.
+    """
+    stored = " AND ".join(f"t.{column} = s.{column}" for column in key)
+    if same_or_null:
+        stored += f" AND t.{same_or_null} IS NOT DISTINCT FROM s.{same_or_null}"
+    repeated = " AND ".join(f"o.{column} = s.{column}" for column in batch_key or key)
+    return (
+        f"DELETE FROM {stage} s USING {table} t WHERE s.project_id = {p} "
+        f"AND t.project_id = s.project_id AND {stored}",
+        f"DELETE FROM {stage} s USING {stage} o WHERE s.project_id = {p} "
+        f"AND o.project_id = s.project_id AND {repeated} AND o.seq < s.seq",
+    )
+
+
 @functools.lru_cache(maxsize=1024)
 def _run_statements(p: str) -> tuple[str, ...]:
     cols = _names(statements.RUN_COLUMNS)
     return (
         # What is left in staging is new: not stored, and the first of its id in the batch.
-        f"""DELETE FROM kw_stage_runs s WHERE s.project_id = {p} AND (
-    EXISTS (SELECT 1 FROM agent_runs r WHERE r.project_id = s.project_id AND r.id = s.id)
-    OR EXISTS (SELECT 1 FROM kw_stage_runs o WHERE o.project_id = s.project_id
-               AND o.id = s.id AND o.seq < s.seq))""",
-        # New runs count the steps and model calls that arrived before them.
-        f"""INSERT INTO agent_runs ({cols}, step_count, llm_calls, input_tokens, output_tokens,
-                        cost_usd, last_activity_at)
-SELECT {_names(statements.RUN_COLUMNS, "s.")},
-       (SELECT count(*) FROM agent_steps t WHERE t.project_id = s.project_id AND t.run_id = s.id),
-       c.calls, c.input_tokens, c.output_tokens, c.cost_usd, now()
-FROM kw_stage_runs s
-CROSS JOIN LATERAL (
-    SELECT count(*) AS calls, coalesce(sum(a.input_tokens), 0) AS input_tokens,
-           coalesce(sum(a.output_tokens), 0) AS output_tokens,
-           coalesce(sum(a.cost_usd), 0) AS cost_usd
-    FROM ai_traces a WHERE a.project_id = s.project_id AND a.run_id = s.id
-) c
-WHERE s.project_id = {p}""",
+        *_drop_known("kw_stage_runs", "agent_runs", p, ("id",), ("id",)),
+        # New runs count the steps and model calls that arrived before them: inserted
+        # with none, then updated from a join (a correlated subquery in the INSERT
+        # would make Citus send it to every shard).
+        f"""INSERT INTO agent_runs ({cols}, last_activity_at)
+SELECT {cols}, now() FROM kw_stage_runs WHERE project_id = {p}""",
+        f"""UPDATE agent_runs r SET step_count = n.steps
+FROM (SELECT t.project_id, t.run_id, count(*) AS steps
+      FROM kw_stage_runs s JOIN agent_steps t ON t.project_id = s.project_id AND t.run_id = s.id
+      WHERE s.project_id = {p} GROUP BY t.project_id, t.run_id) n
+WHERE r.project_id = {p} AND r.project_id = n.project_id AND r.id = n.run_id""",
+        f"""UPDATE agent_runs r SET llm_calls = n.calls, input_tokens = n.input_tokens,
+    output_tokens = n.output_tokens, cost_usd = n.cost_usd
+FROM (SELECT a.project_id, a.run_id, count(*) AS calls,
+             coalesce(sum(a.input_tokens), 0) AS input_tokens,
+             coalesce(sum(a.output_tokens), 0) AS output_tokens,
+             coalesce(sum(a.cost_usd), 0) AS cost_usd
+      FROM kw_stage_runs s JOIN ai_traces a ON a.project_id = s.project_id AND a.run_id = s.id
+      WHERE s.project_id = {p} GROUP BY a.project_id, a.run_id) n
+WHERE r.project_id = {p} AND r.project_id = n.project_id AND r.id = n.run_id""",
         f"""INSERT INTO kw_stage_rollups (project_id, agent_name, bucket, runs, steps, llm_calls,
                               input_tokens, output_tokens, cost_usd)
 SELECT r.project_id, r.agent_name, {_HOUR.format("r.started_at")}, 1, r.step_count, r.llm_calls,
@@ -107,11 +136,7 @@ def _step_statements(p: str) -> tuple[str, ...]:
         f"WHERE project_id = {p} GROUP BY project_id, run_id)"
     )
     return (
-        f"""DELETE FROM kw_stage_steps s WHERE s.project_id = {p} AND (
-    EXISTS (SELECT 1 FROM agent_steps t WHERE t.project_id = s.project_id
-            AND t.run_id = s.run_id AND t.step_index = s.step_index)
-    OR EXISTS (SELECT 1 FROM kw_stage_steps o WHERE o.project_id = s.project_id
-               AND o.run_id = s.run_id AND o.step_index = s.step_index AND o.seq < s.seq))""",
+        *_drop_known("kw_stage_steps", "agent_steps", p, ("run_id", "step_index")),
         _tool_share(p, "-1"),
         f"INSERT INTO agent_steps ({cols}) "
         f"SELECT {cols} FROM kw_stage_steps WHERE project_id = {p}",
@@ -134,13 +159,8 @@ def _trace_statements(p: str) -> tuple[str, ...]:
     FROM kw_stage_traces WHERE project_id = {p} AND run_id IS NOT NULL
     GROUP BY project_id, run_id)"""
     return (
-        f"""DELETE FROM kw_stage_traces s WHERE s.project_id = {p} AND (
-    EXISTS (SELECT 1 FROM ai_traces t WHERE t.project_id = s.project_id
-            AND t.run_id = s.run_id AND t.id = s.id)
-    OR (s.run_id IS NULL AND EXISTS (SELECT 1 FROM ai_traces t WHERE t.project_id = s.project_id
-                                     AND t.run_id IS NULL AND t.id = s.id))
-    OR EXISTS (SELECT 1 FROM kw_stage_traces o WHERE o.project_id = s.project_id
-               AND o.id = s.id AND o.seq < s.seq))""",
+        # A stored call is the same call if its run is the same, or both have none.
+        *_drop_known("kw_stage_traces", "ai_traces", p, ("id",), ("id",), "run_id"),
         f"INSERT INTO ai_traces ({cols}) SELECT {cols} FROM kw_stage_traces WHERE project_id = {p}",
         f"""UPDATE agent_runs r
 SET llm_calls = r.llm_calls + n.calls, input_tokens = r.input_tokens + n.input_tokens,

@@ -271,3 +271,44 @@ def test_the_migration_fills_the_days_from_the_hours(fresh_db_url: str) -> None:
     migrate.downgrade(fresh_db_url, "0013")
     with psycopg.connect(fresh_db_url) as conn:
         assert conn.execute("SELECT to_regclass('agent_tool_rollups_daily')").fetchone() == (None,)
+
+
+async def test_tools_over_a_week_count_a_busy_edge_hour_whole(
+    api: Api, db_url: str, monkeypatch
+) -> None:
+    """Over 7 days or more, an edge hour whose cheaper part holds more than
+    EXACT_EDGE_RUNS finished runs goes in whole or not at all, and counted_since says
+    which; a shorter window, or a quiet edge, is counted exactly as asked."""
+    from keelwave.server.query import tools
+
+    monkeypatch.setattr(tools, "EXACT_EDGE_RUNS", 2)
+    project = make_project(db_url)
+    hour = daily_rollups.floor_day(NOW) - 6 * DAY + timedelta(hours=5)
+    minutes = (5, 10, 15, 35, 40, 45, 50)  # 3 runs before :30 and 4 after
+    runs = [Run(started=hour + timedelta(minutes=m), steps=3) for m in minutes]
+    runs.append(Run(started=hour + 3 * DAY, steps=4))
+    await send(api, project, runs)
+    path = f"/v1/projects/{project.id}/agent/tools"
+
+    async def tools_over(since: datetime, until: datetime) -> dict:
+        window = {"since": since.isoformat(), "until": until.isoformat()}
+        status, body, _ = await api.get(path, params=window, headers=project.auth("read"))
+        assert status == 200, body
+        return body
+
+    def calls(body: dict) -> int:
+        return sum(row["calls"] for row in body["data"])
+
+    until = NOW + timedelta(minutes=1)
+    week = await tools_over(until - 8 * DAY, until)
+    assert week["counted_since"] == week["since"]  # the edge is a quiet hour: exact
+    cut = hour + timedelta(minutes=30)
+    rounded = await tools_over(cut, cut + 8 * DAY)
+    assert rounded["since"] == cut.isoformat().replace("+00:00", "Z")
+    # 4 runs inside the hour against 3 outside: the hour counts whole.
+    assert rounded["counted_since"] == hour.isoformat().replace("+00:00", "Z")
+    assert calls(rounded) == calls(week)
+    assert rounded["data"] == (await tools_over(hour, cut + 8 * DAY))["data"]
+    short = await tools_over(cut, cut + 5 * DAY)
+    assert short["counted_since"] == short["since"]
+    assert calls(short) == calls(week) - 3 * 3  # the 3 runs before :30 are out

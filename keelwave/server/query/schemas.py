@@ -329,3 +329,11 @@ class ToolsResponse(Struct):
     data: list[ToolStats]
     since: Time
     until: Time
+    counted_since: Annotated[
+        Time,
+        Meta(
+            description="The start of the range whose runs are counted: since, or over "
+            "7 days or more the nearest whole hour when that hour holds over 200 finished runs"
+        ),
+    ]
+    counted_until: Annotated[Time, Meta(description="The same for until")]

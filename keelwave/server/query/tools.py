@@ -6,7 +6,10 @@ in the same run" is decided over the whole run). Whole hours come from
 agent_tool_rollups, which holds finished runs (whole UTC days from its daily
 copy, daily_rollups.py); the runs still going, and the
 finished runs that make up the difference between the window's edges and
-whole hours, are read from their steps, so the counts are exact. Duration
+whole hours, are read from their steps, so the counts are exact; except that
+over a week or more an edge hour too busy to read that way is counted whole
+or not at all (ROUND_EDGES_FROM), and the answer's counted_since and
+counted_until say what was counted. Duration
 percentiles are exact (percentile_cont over the steps) while the window
 holds at most ``exact_percentiles_up_to`` (a setting) calls; beyond that they
 come from the rollups' histogram, within ``histogram.ACCURACY``.
@@ -15,10 +18,11 @@ come from the rollups' histogram, within ``histogram.ACCURACY``.
 from __future__ import annotations
 
 from collections import defaultdict
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from aiohttp import web
+from psycopg import AsyncConnection
 
 from keelwave.server.http import appkeys, params
 from keelwave.server.http.operations import ApiRoutes
@@ -72,33 +76,68 @@ ORDER BY 1, 2
 """
 
 
-def _ranges(window: Window) -> dict[str, Any]:
-    """Which rollup hours to read, and which edge ranges of finished runs to add or take out.
+# Over a window this long, an hour cut by its edge whose cheaper part still holds more
+# than EXACT_EDGE_RUNS finished runs is counted whole or not at all (the nearer way),
+# and the answer says so (counted_since/counted_until): reading those runs' steps is
+# most of what a month's answer would cost (bench/scale.py: ~1,000 runs, 20,000 steps,
+# 7,600 buffers for half an hour), for at most half an hour in 168 or more.
+ROUND_EDGES_FROM = timedelta(days=7)
+EXACT_EDGE_RUNS = 200
+
+# Finished runs in each part of the hours cut by the window's edges.
+_EDGE_RUNS = "SELECT " + ", ".join(
+    f"""(SELECT count(*) FROM agent_runs WHERE project_id = %(project)s AND ended_at IS NOT NULL
+         AND started_at >= %(cut{n}_from)s AND started_at < %(cut{n}_to)s)"""
+    for n in range(4)
+)
+
+
+async def _ranges(
+    conn: AsyncConnection, project_id: str, window: Window
+) -> tuple[dict[str, Any], Window]:
+    """Which rollup hours to read, which edge ranges of finished runs to add or take out,
+    and the range that is counted (the window, unless an edge is rounded).
 
     An hour cut by the window's edge is read whichever way touches fewer runs:
     its part inside the window from the steps, or the hour's rollup minus its
-    part outside. A window ending now thus reads its last hour from the rollup.
+    part outside. A window ending now thus reads its last hour from the rollup
+    (nothing of it lies after now). Over ROUND_EDGES_FROM or more, see above.
     """
     since, until = window.since, window.until
-    edges: list[tuple[datetime, datetime, int]] = []
     first, last = floor_hour(since), floor_hour(until)
     if first == last:  # inside one hour: all from the steps
-        edges.append((since, until, 1))
-        return _args(first, first, edges)
+        return _args(first, first, [(since, until, 1)]), window
+    cuts = [(first, since), (since, first + HOUR), (last, until), (until, last + HOUR)]
+    counts = [0, 0, 0, 0]
+    if since > first or until > last:
+        parts = {f"cut{n}_{end}": moment for n, cut in enumerate(cuts) for end, moment in
+                 zip(("from", "to"), cut, strict=True)}  # fmt: skip
+        counts = list(
+            await (await conn.execute(_EDGE_RUNS, {"project": project_id, **parts})).fetchone()
+        )
+    may_round = window.span >= ROUND_EDGES_FROM
+    edges: list[tuple[datetime, datetime, int]] = []
     hours_from, hours_to = first, last
+    counted_since, counted_until = since, until
     if since > first:
-        if first + HOUR - since <= HOUR / 2:
+        outside, inside = counts[0], counts[1]
+        if may_round and min(inside, outside) > EXACT_EDGE_RUNS:
+            hours_from = counted_since = first if inside >= outside else first + HOUR
+        elif inside <= outside:
             hours_from = first + HOUR
             edges.append((since, hours_from, 1))
         else:
             edges.append((first, since, -1))
     if until > last:
-        if until - last <= HOUR / 2:
+        inside, outside = counts[2], counts[3]
+        if may_round and min(inside, outside) > EXACT_EDGE_RUNS:
+            hours_to = counted_until = last + HOUR if inside >= outside else last
+        elif inside <= outside:
             edges.append((last, until, 1))
         else:
             hours_to = last + HOUR
             edges.append((until, hours_to, -1))
-    return _args(hours_from, hours_to, edges)
+    return _args(hours_from, hours_to, edges), Window(counted_since, counted_until)
 
 
 def _args(hours_from: datetime, hours_to: datetime, edges: list) -> dict[str, Any]:
@@ -132,10 +171,11 @@ async def tools(request: web.Request) -> web.Response:
     called first."""
     project_id = await params.read_project(request)
     window = params.window(request)
-    args = {"project": project_id, "since": window.since, "until": window.until, **_ranges(window)}
     totals: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0])
     histograms: dict[str, list[tuple[int, int]]] = defaultdict(list)
     async with request.app[appkeys.POOL].connection() as conn:
+        ranges, counted = await _ranges(conn, project_id, window)
+        args = {"project": project_id, "since": counted.since, "until": counted.until, **ranges}
         for name, duration_bin, *counters in await (
             await conn.execute(_HISTOGRAM, args)
         ).fetchall():
@@ -170,4 +210,6 @@ async def tools(request: web.Request) -> web.Response:
             }
         )
     data.sort(key=lambda row: (-row["calls"], row["tool_name"]))
-    return respond(ToolsResponse, {"data": data, **window.bounds()})
+    body = {"data": data, **window.bounds()}
+    body |= {"counted_since": counted.since, "counted_until": counted.until}
+    return respond(ToolsResponse, body)

@@ -214,9 +214,11 @@ async def test_writers_through_the_coordinator_and_a_worker_store_each_step_once
     name = citus_url.rpartition("/")[2]
     through_worker = worker_url(name, workers()[0])
     first = ServeProcess("--database-url", citus_url, log=tmp_path / "coordinator.log")
-    second = ServeProcess("--database-url", through_worker, log=tmp_path / "worker.log")
+    processes = [first]
     run = str(uuid.uuid4())
     try:
+        second = ServeProcess("--database-url", through_worker, log=tmp_path / "worker.log")
+        processes.append(second)
         async with aiohttp.ClientSession() as session:
             apis = [Client(session, first.url, key), Client(session, second.url, key)]
             await apis[0].post("/v1/ingest/agent/runs", {"id": run, "agent_name": "a"})
@@ -227,7 +229,7 @@ async def test_writers_through_the_coordinator_and_a_worker_store_each_step_once
                 )
                 assert [status for status, _ in answers] == [200, 200], answers
     finally:
-        for process in (first, second):
+        for process in processes:
             process.stop()
             process.kill()
     project = key.project_id

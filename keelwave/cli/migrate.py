@@ -24,7 +24,31 @@ def _only_revisions(record: logging.LogRecord) -> bool:
     return record.getMessage().startswith(("Running upgrade", "Running downgrade"))
 
 
-def _run(action: str, database_url: str | None, data_dir: Path | None, *args: str) -> None:
+Profile = Annotated[
+    str,
+    typer.Option(
+        "--profile",
+        help="auto: distribute the schema if the database has Citus; citus: install Citus "
+        "first (it must be preloaded on every node), fail if it cannot be.",
+    ),
+]
+PROFILES = ("auto", "citus")
+
+
+def _install_citus(conninfo: str) -> None:
+    """What --profile citus adds: the extension, so that migration 0013 distributes."""
+    import psycopg
+
+    try:
+        with psycopg.connect(conninfo, autocommit=True) as conn:
+            conn.execute("CREATE EXTENSION IF NOT EXISTS citus")
+    except psycopg.Error as error:
+        fail(f"--profile citus: cannot install Citus here: {str(error).splitlines()[0]}")
+
+
+def _run(
+    action: str, database_url: str | None, data_dir: Path | None, *args: str, profile: str = "auto"
+) -> None:
     """Run ``keelwave.db.migrate.<action>`` on the database the flags name."""
     from alembic.util import CommandError
 
@@ -43,7 +67,11 @@ def _run(action: str, database_url: str | None, data_dir: Path | None, *args: st
     migration_log.setLevel(logging.INFO)
     migration_log.propagate = False
     settings = settings_from(database_url=database_url, data_dir=data_dir)
+    if profile not in PROFILES:
+        fail(f"--profile must be one of {', '.join(PROFILES)}, not {profile!r}")
     with connected(settings) as conninfo:
+        if profile == "citus":
+            _install_citus(conninfo)
         try:
             getattr(migrations, action)(conninfo, *args)
         except CommandError as error:
@@ -55,9 +83,10 @@ def default(
     ctx: typer.Context,
     database_url: DatabaseUrl = None,
     data_dir: DataDir = None,
+    profile: Profile = "auto",
 ) -> None:
     if ctx.invoked_subcommand is None:
-        _run("upgrade", database_url, data_dir, "head")
+        _run("upgrade", database_url, data_dir, "head", profile=profile)
 
 
 @app.command()
@@ -65,9 +94,10 @@ def upgrade(
     revision: Annotated[str, typer.Argument(help="Target revision.")] = "head",
     database_url: DatabaseUrl = None,
     data_dir: DataDir = None,
+    profile: Profile = "auto",
 ) -> None:
     """Upgrade the schema to REVISION (default: the latest)."""
-    _run("upgrade", database_url, data_dir, revision)
+    _run("upgrade", database_url, data_dir, revision, profile=profile)
 
 
 @app.command()

@@ -250,7 +250,10 @@ def test_a_one_project_batch_is_planned_as_single_shard_tasks(citus_url: str) ->
     never through the coordinator (no pull to coordinator, no repartition)."""
     project = uuid.uuid4()
     stages = ["kw_stage_runs", "kw_stage_steps", "kw_stage_traces"]
-    sqls = [citus_statements.lock_runs(project, {1, 2, 3})]
+    sqls = [
+        citus_statements.lock_runs(project, {1, 2, 3}),
+        citus_statements.lock_run_rows(project, {1, 2, 3}),
+    ]
     sqls += citus_statements.move_in(project, stages)
     unrouted = []
     with psycopg.connect(citus_url) as conn:

@@ -66,7 +66,9 @@ class CitusLane:
     ) -> Script:
         script = Script()
         script.add(statements.BEGIN)
-        script.add(citus_statements.lock_runs(project, _runs_touched(batch)))
+        runs = _runs_touched(batch)
+        script.add(citus_statements.lock_runs(project, runs))
+        script.add(citus_statements.lock_run_rows(project, runs))
         filled = []
         for position, stage, columns, _ in STAGES:
             rows = [row for rows in batch for row in rows[position]]

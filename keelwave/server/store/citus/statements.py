@@ -81,6 +81,22 @@ def _drop_known(
     )
 
 
+def lock_run_rows(project: uuid.UUID, run_ids: set[int]) -> str:
+    """Row locks on the stored runs the batch touches, in id order, after lock_runs.
+
+    Finishes, the reaper and the verdicts serialise with each other by advisory
+    locks, local to the node their server is connected to; what they all do is
+    update the run's row. Waiting for that row first makes the writer see a
+    finish (or have the finish see the writer's steps) whichever node each came
+    through: a late step's swap of its run's tool rollups is then never missed.
+    """
+    ids = ", ".join(quote(uuid.UUID(int=run_id)) for run_id in sorted(run_ids))
+    return (
+        f"SELECT 1 FROM agent_runs WHERE project_id = {quote(project)} "
+        f"AND id IN ({ids}) ORDER BY id FOR UPDATE"
+    )
+
+
 @functools.lru_cache(maxsize=1024)
 def _run_statements(p: str) -> tuple[str, ...]:
     cols = _names(statements.RUN_COLUMNS)

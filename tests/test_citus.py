@@ -28,6 +28,7 @@ pytestmark = requires_citus
 DISTRIBUTED = {
     "agent_runs", "agent_steps", "ai_traces", "agent_run_rollups", "agent_duration_rollups",
     "agent_tool_rollups", "otlp_spans", "otlp_runs", "kw_run_locks",
+    "agent_duration_rollups_daily", "agent_tool_rollups_daily",
 }  # fmt: skip
 REFERENCE = {"projects", "api_keys", "alert_rules", "alert_events", "retention_sweeps"}
 
@@ -138,10 +139,12 @@ async def test_ingest_and_query_through_the_server(
             f"/v1/ingest/agent/runs/{run}/finish", {"termination_reason": "clean"}
         )
         assert status == 200, body
+        # A late step: its run's tool rollups, hourly and daily, swap its share.
+        assert (await api.post("/v1/ingest/agent/steps", steps_of(run, range(41, 42))))[0] == 200
         project = key.project_id
         status, loops = await api.get(f"/v1/projects/{project}/agent/runs/{run}/loops")
         assert status == 200
-        assert sorted(group["hits"] for group in loops["data"]) == [13, 13, 14]
+        assert sorted(group["hits"] for group in loops["data"]) == [13, 14, 14]
         status, summary = await api.get(f"/v1/projects/{project}/agent/summary?window=24h")
         assert status == 200, summary
         status, runs = await api.get(f"/v1/projects/{project}/agent/runs")
@@ -152,18 +155,23 @@ async def test_ingest_and_query_through_the_server(
         "WHERE project_id = %s AND id = %s",
         (project, run),
     )
-    assert row == (40, 1, 120, "clean")
+    assert row == (41, 1, 120, "clean")
     [rollup] = stored(
         citus_url,
         "SELECT sum(runs), sum(finished_runs), sum(steps), sum(llm_calls) FROM agent_run_rollups "
         "WHERE project_id = %s",
         (project,),
     )
-    assert rollup == (1, 1, 40, 1)
+    assert rollup == (1, 1, 41, 1)
     [(calls,)] = stored(
         citus_url, "SELECT sum(calls) FROM agent_tool_rollups WHERE project_id = %s", (project,)
     )
-    assert calls == 40
+    assert calls == 41
+    [(daily_calls,)] = stored(
+        citus_url, "SELECT sum(calls) FROM agent_tool_rollups_daily WHERE project_id = %s",
+        (project,),
+    )  # fmt: skip
+    assert daily_calls == 41
     # Nothing is left behind in the shared staging tables.
     for stage in ("kw_stage_runs", "kw_stage_steps", "kw_stage_traces", "kw_stage_rollups"):
         assert stored(citus_url, f"SELECT count(*) FROM {stage}") == [(0,)]

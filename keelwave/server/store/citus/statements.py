@@ -23,7 +23,7 @@ from __future__ import annotations
 import functools
 import uuid
 
-from keelwave.server.store import statements, tool_rollups
+from keelwave.server.store import daily_rollups, statements, tool_rollups
 from keelwave.server.store.pgscript import quote
 
 # Runs fall in this many lock buckets per project (a run's id modulo it): a project's
@@ -203,6 +203,20 @@ ON CONFLICT ({key_list}) DO UPDATE SET
 {", ".join(f"{c} = r.{c} + excluded.{c}" for c in counters)}"""
 
 
+def _merge_daily(p: str, table: daily_rollups.Histogram) -> str:
+    """Add the project's staged histogram rows to their days too (daily_rollups.py), right
+    after the hourly merge (rule 3: each daily table straight after its hourly one)."""
+    keys = ", ".join(daily_rollups.daily_keys(table))
+    positions = ", ".join(str(n + 1) for n in range(len(daily_rollups.daily_keys(table))))
+    return f"""INSERT INTO {table.daily} AS r ({keys}, {", ".join(table.counters)})
+SELECT project_id, date_trunc('day', bucket, 'UTC'), {", ".join(table.keys)},
+       {", ".join(f"sum({c})" for c in table.counters)}
+FROM {table.stage} WHERE project_id = {p}
+GROUP BY {positions} ORDER BY {positions}
+ON CONFLICT ({keys}) DO UPDATE SET
+{", ".join(f"{c} = r.{c} + excluded.{c}" for c in table.counters)}"""
+
+
 @functools.lru_cache(maxsize=1024)
 def _tail(p: str, kinds: frozenset[str]) -> tuple[str, ...]:
     tail = [
@@ -218,6 +232,7 @@ def _tail(p: str, kinds: frozenset[str]) -> tuple[str, ...]:
                 ("project_id", "bucket", "tool_name", "duration_bin"), tool_rollups.COUNTERS,
             )
         )  # fmt: skip
+        tail.append(_merge_daily(p, daily_rollups.TOOLS))
         tail.append(f"DELETE FROM kw_stage_tools WHERE project_id = {p}")
     # Each transaction empties what it staged: no other one ever sees it.
     tail += [f"DELETE FROM {stage} WHERE project_id = {p}" for stage in sorted(kinds)]

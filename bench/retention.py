@@ -48,6 +48,7 @@ import psycopg
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from history import BACKFILL  # noqa: E402
+from scale_data import DAILY_ROLLUPS  # noqa: E402
 from serve_process import ServeProcess  # noqa: E402
 
 from keelwave.db import keys as key_store  # noqa: E402
@@ -112,6 +113,7 @@ ROLLUPS = (
                                     {", ".join(tool_rollups.COUNTERS)})
     {tool_rollups.stats_of_steps(f"({tool_rollups.steps_of_runs(_FINISHED)})")}
     """,
+    *DAILY_ROLLUPS,  # the histograms' daily copies, from the hourly rows (daily_rollups.py)
 )
 
 

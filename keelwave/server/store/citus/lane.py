@@ -21,7 +21,6 @@ import logging
 import uuid
 
 import psycopg
-from psycopg import pq
 
 from keelwave.server.store import pgscript, statements
 from keelwave.server.store.citus import statements as citus_statements
@@ -84,15 +83,7 @@ class CitusLane:
         script.add("COMMIT")
         return script
 
-    async def _roll_back(self) -> None:
-        conn = self._conn
-        if conn is None or conn.closed:
-            return
-        try:
-            if conn.info.transaction_status != pq.TransactionStatus.IDLE:
-                await Script.rollback(conn)
-        except Exception:  # broken, or mid-protocol after a cancellation
-            await self.drop()
+    _roll_back = Lane._roll_back  # the same connection handling: _conn, drop()
 
     async def analyze(self, tables: list[str]) -> None:
         # Citus analyses shards on their workers; the coordinator's statistics of a

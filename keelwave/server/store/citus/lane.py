@@ -24,8 +24,8 @@ import psycopg
 
 from keelwave.server.store import pgscript, statements
 from keelwave.server.store.citus import statements as citus_statements
-from keelwave.server.store.lane import INLINE_ROWS, STAGES, Lane, Rows, _kinds, _runs_touched
-from keelwave.server.store.pgscript import Script, Unquotable, copy_data
+from keelwave.server.store.lane import STAGES, Lane, Rows, _as_values, _kinds, _runs_touched
+from keelwave.server.store.pgscript import Script, copy_data
 
 log = logging.getLogger("keelwave.writer")
 
@@ -75,7 +75,8 @@ class CitusLane:
                 continue
             filled.append(stage)
             numbered = [(seq, *row) for seq, row in enumerate(rows)]
-            if not _as_values(script, statements.insert_sql(stage, columns), columns, numbered):
+            insert = statements.insert_sql(stage, columns)
+            if not _as_values(script, insert, _kinds(columns, seq=True), numbered):
                 data = copy_data(conn, statements.copy_types(columns), numbered)
                 script.copy(statements.copy_sql(stage, columns), data)
         for sql in citus_statements.move_in(project, filled):
@@ -105,23 +106,7 @@ class CitusLane:
             self._conn = conn
         return self._conn
 
-    async def drop(self) -> None:
-        if self._conn is not None:
-            try:
-                await self._conn.close()
-            except Exception:  # already broken; nothing to save
-                pass
-            self._conn = None
-
-
-def _as_values(script: Script, insert: str, columns: tuple, rows: list[tuple]) -> bool:
-    if len(rows) > INLINE_ROWS:
-        return False
-    try:
-        script.values(insert, _kinds(columns, seq=True), rows)
-    except Unquotable:
-        return False
-    return True
+    drop = Lane.drop
 
 
 def _by_project(batch: list[Rows]) -> dict[uuid.UUID, list[Rows]]:

@@ -250,10 +250,20 @@ def test_loops_shows_the_input_that_repeats(server, explorer) -> None:
     project, runs = explorer
     result = cli(server, project, "loops", runs.looping[:8], COLUMNS="100")
     assert result.returncode == 0, result.stderr
-    assert '{"q": "the same question' in result.stdout and "1, 2, 3, 4" in result.stdout
-    assert "asked again and again" not in result.stdout  # cut to fit
+    assert '{"q": "the same question, asked again and again"}' in result.stdout  # it fits
+    assert "1, 2, 3, 4" in result.stdout
     full = cli(server, project, "loops", runs.looping, "--full", COLUMNS="100").stdout
     assert '"q": "the same question, asked again and again"' in full
+
+
+def test_loops_fits_a_pipe_80_columns_wide(server, explorer) -> None:
+    # A pipe is 80 wide: the table fits it, and the step list keeps its width.
+    project, runs = explorer
+    result = cli(server, project, "loops", runs.looping[:8], COLUMNS="80")
+    assert result.returncode == 0, result.stderr
+    assert max(map(len, result.stdout.splitlines())) <= 80
+    assert "1, 2, 3, 4" in result.stdout and '{"q": "the same' in result.stdout
+    assert "asked again and again" not in result.stdout  # cut to fit
 
 
 def test_runs_diff(server, explorer) -> None:

@@ -234,9 +234,7 @@ async def test_the_retention_api(api, db_url) -> None:
     ]
 
 
-async def test_steps_and_model_calls_older_than_the_retention_are_not_stored(
-    api, db_url
-) -> None:
+async def test_steps_and_model_calls_older_than_the_retention_are_not_stored(api, db_url) -> None:
     """A step that comes after its run was deleted by retention (an agent resuming a
     month-old run), or a model call sent without a run, is past the period when it
     arrives: stored, it would belong to no run the enforcer looks at, and stay for good.
@@ -258,7 +256,9 @@ async def test_steps_and_model_calls_older_than_the_retention_are_not_stored(
         "/v1/ingest/agent/steps", json=steps, headers=project.auth("ingest")
     )
     assert (status, body["data"]["accepted"]) == (200, 2), body
-    calls = [{"provider": "openai", "model": "gpt-4o", "started_at": when} for when in (old, recent)]
+    calls = [
+        {"provider": "openai", "model": "gpt-4o", "started_at": when} for when in (old, recent)
+    ]
     status, body, _ = await api.post("/v1/ingest/ai", json=calls, headers=project.auth("ingest"))
     assert status == 200 and body["data"]["accepted"] == 2, body
     stored_steps = query(

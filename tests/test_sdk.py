@@ -422,9 +422,22 @@ def test_demo_sends_a_full_picture(server: ServeProcess, keys) -> None:
     assert result.returncode == 0, result.stderr
     assert "Sent 25 runs" in result.stdout
     runs = api(server, keys, "/runs?limit=500")
-    assert len(runs) == 25
+    top = [run for run in runs if run["parent_run_id"] is None]
+    assert len(top) == 25
+    assert len(runs) > 25  # the triage agent's specialists ran as its children
+    assert {run["agent_name"] for run in runs if run["parent_run_id"]} <= {
+        "research-agent", "sql-agent"}  # fmt: skip
     reasons = {run["termination_reason"] for run in runs}
-    assert {"clean", "error", "loop_detected"} <= reasons
+    assert {"clean", "error", "loop_detected", "max_steps_reached", "context_limit"} <= reasons
+    # The server's own verdicts: an exact loop, a cycle, near-duplicate calls.
+    deadline = time.monotonic() + 30
+    while True:
+        found = {kind: len(api(server, keys, f"/runs?finding={kind}"))
+                 for kind in ("exact_loop", "cycle", "near_duplicate")}  # fmt: skip
+        if all(found.values()) or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert all(found.values()), found
     assert any(run["loop_detected"] for run in runs)
     assert any(run["status"] == "running" for run in runs)  # left unfinished on purpose
     assert sum(run["cost_usd"] for run in runs) > 0

@@ -64,6 +64,7 @@ def test_embedded_first_start_restart_and_shared_keys(tmp_path: Path) -> None:
         key = server.printed_key
         assert key, "".join(server.output)
         assert "only this once" in "".join(server.output)
+        assert "keelwave demo" in "".join(server.output)  # what to do next, for a newcomer
         assert httpx.get(server.url + "/readyz").json() == {"status": "ready"}
         run_id = post_looping_run(server.url, key)
         assert get_loops(server.url, key, run_id)[0]["step_indices"] == [1, 2, 3, 4, 5]

@@ -42,7 +42,8 @@ def demo(
 ) -> None:
     """Send realistic agent traffic: loops, stalls, errors and costs.
 
-    Five small agents through the Python SDK, with guards and model calls.
+    Seven small agents through the Python SDK, with guards, model calls, nested runs,
+    exact loops, a cycle and near-duplicate calls.
     """
     from keelwave.remote.api import Api, ApiError
     from keelwave.remote.config import Credentials
@@ -71,7 +72,8 @@ def demo(
         name, agent = agents[number % len(agents)]
         try:
             result = agent(rng.choice(QUESTIONS))
-            outcome = result if result == "left unfinished" else "ok"
+            unusual = ("left unfinished", "stopped: context limit")
+            outcome = result if result in unusual else "ok"
         except LoopDetected:
             outcome = "stopped: loop"
         except MaxStepsExceeded:
@@ -94,8 +96,17 @@ def demo(
 
 
 def _agents(client: Keelwave, rng: random.Random) -> list[tuple[str, object]]:
-    """Five agents with the failure modes keelwave is for."""
+    """Seven agents with the failure modes keelwave is for, one of them delegating to
+    the others (nested runs)."""
     from keelwave.sdk import get_current_run
+
+    turns: dict[str, int] = {}
+
+    def turn(habit: str) -> int:
+        """How often this habit came up before: each failure mode shows at a fixed rate,
+        so every demo shows every one of them (sizes and timings stay random)."""
+        turns[habit] = turns.get(habit, -1) + 1
+        return turns[habit]
 
     def think_with_model(tokens: int) -> None:
         """A model call that decides the next tool call: it takes (a little) time, and
@@ -118,7 +129,7 @@ def _agents(client: Keelwave, rng: random.Random) -> list[tuple[str, object]]:
         time.sleep(rng.uniform(low, high))  # tools take time: durations worth looking at
 
     @client.observe(name="web_search")
-    def web_search(q: str, max_results: int = 3) -> dict:
+    def web_search(q: str, max_results: int = 3, request_id: str | None = None) -> dict:
         work(0.01, 0.06)
         return {"results": [f"{q} — result {i}" for i in range(max_results)]}
 
@@ -134,16 +145,54 @@ def _agents(client: Keelwave, rng: random.Random) -> list[tuple[str, object]]:
             raise RuntimeError("permission denied for table customers")
         return [{"rows": rng.randint(0, 500)}]
 
+    @client.observe(name="open_page")
+    def open_page(url: str) -> str:
+        work(0.01, 0.04)
+        return f"<title>{url.rsplit('/', 1)[-1]}</title>"
+
+    @client.observe(name="click")
+    def click(selector: str) -> dict:
+        work(0.005, 0.02)
+        return {"navigated": False}
+
     @client.agent(name="research-agent")
     def research(question: str) -> str:
         run = get_current_run()
-        looping = rng.random() < 0.4
+        habit = ("varied", "looping", "varied", "rephrasing")[turn("research") % 4]
         for attempt in range(rng.randint(3, 7)):
             think_with_model(rng.randint(2_000, 12_000))
-            # A looping run asks the same thing again and again: the SDK flags it.
-            web_search(q=question if looping else f"{question} {attempt}")
+            if habit == "looping":  # the same thing again and again: the SDK flags it
+                web_search(q=question)
+            elif habit == "rephrasing":  # the same search with a fresh request id each time:
+                # no two calls are byte-identical, the server calls them near-duplicates
+                web_search(q=question, request_id=f"req-{rng.getrandbits(48):012x}")
+            else:
+                web_search(q=f"{question} {attempt}")
         run.think("I have enough to answer.")
         return f"Answer to {question!r}"
+
+    @client.agent(name="browser-agent")
+    def browser(question: str) -> str:
+        # Half the time it goes round in circles, cart → "Checkout" → cart → …: no call
+        # repeats on its own, the pair does (a cycle).
+        if turn("browser") % 2 == 0:
+            for _ in range(rng.randint(2, 4)):
+                think_with_model(rng.randint(1_000, 3_000))
+                open_page(url="https://shop.example.com/cart")
+                click(selector="button#checkout")
+            return "Could not check out."
+        for item in range(rng.randint(2, 4)):
+            think_with_model(rng.randint(1_000, 3_000))
+            open_page(url=f"https://shop.example.com/item/{item}")
+        return "Compared the items."
+
+    @client.agent(name="triage-agent")
+    def triage(question: str) -> str:
+        think_with_model(rng.randint(500, 1_500))
+        # It hands the question to a specialist: that agent's run is a child of this one.
+        specialist = sql if turn("triage") % 3 == 2 else research
+        specialist(question)
+        return "Routed and answered."
 
     @client.agent(name="support-agent")
     def support(question: str) -> str:
@@ -152,7 +201,7 @@ def _agents(client: Keelwave, rng: random.Random) -> list[tuple[str, object]]:
         return "Here is how to fix it."
 
     def stalling_support(question: str) -> str:
-        if rng.random() >= 0.25:
+        if turn("support") % 4 != 3:
             return support(question)
         # A run that is never finished, as when an agent process hangs or dies:
         # it shows as running, then stalled, then timed out.
@@ -164,13 +213,13 @@ def _agents(client: Keelwave, rng: random.Random) -> list[tuple[str, object]]:
     def sql(question: str) -> list:
         think_with_model(rng.randint(1_000, 6_000))
         run_sql(query="SELECT count(*) FROM customers")
-        if rng.random() < 0.35:
+        if turn("sql") % 3 == 1:
             run_sql(query="DROP TABLE customers")  # the tool fails: the run errors
         return []
 
     @client.agent(name="planner-agent", max_steps=8)
     def planner(question: str) -> str:
-        for step in range(rng.choice([4, 6, 12])):  # 12 passes max_steps: stopped
+        for step in range((4, 6, 12)[turn("planner") % 3]):  # 12 passes max_steps: stopped
             think_with_model(rng.randint(800, 4_000))
             fetch_url(url=f"https://wiki.example.com/page/{step}")
         return "Plan ready."
@@ -180,12 +229,14 @@ def _agents(client: Keelwave, rng: random.Random) -> list[tuple[str, object]]:
         run = get_current_run()
         think_with_model(rng.randint(20_000, 120_000))
         fetch_url(url="https://docs.example.com/long")
-        if rng.random() < 0.3:
+        if turn("summarizer") % 3 == 2:
             fetch_url(url="https://docs.example.com/long")  # a repeat: stop_on_loop stops it
-        if rng.random() < 0.3:
+        elif turn("summarizer-context") % 3 == 1:
             run.finish("context_limit", error="context window exceeded (128k tokens)")
+            return "stopped: context limit"
         return "Summary."
 
     return [("research-agent", research), ("support-agent", stalling_support),
             ("sql-agent", sql), ("planner-agent", planner),
-            ("summarizer-agent", summarizer)]  # fmt: skip
+            ("summarizer-agent", summarizer), ("browser-agent", browser),
+            ("triage-agent", triage)]  # fmt: skip

@@ -186,3 +186,8 @@ def _print_first_key(created: CreatedKey, url: str) -> None:
     stdout.print(f"    export KEELWAVE_ENDPOINT={url}", markup=False)
     stdout.print(f"    open {url}", markup=False)
     stdout.print()
+    stdout.print(
+        "No agent to point at it yet? With those two variables set, [bold]keelwave demo[/] "
+        "sends a few realistic runs: loops, a stall, an error, nested agents."
+    )
+    stdout.print()

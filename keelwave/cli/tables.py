@@ -169,16 +169,23 @@ def show_loops(run_id: str, data: list[dict[str, Any]], inputs: dict[int, Any], 
     if not data:
         stdout.print(f"Run {fmt.short_id(run_id)} repeats nothing: no loops.")
         return
+    steps_of = {id(group): ", ".join(map(str, group["step_indices"])) for group in data}
     table = Table(title=f"loops of run {run_id}", title_justify="left")
     table.add_column("tool", no_wrap=True)
     if not full:
-        table.add_column("input", no_wrap=True, overflow="ellipsis", max_width=40)
-    table.add_column("hits", justify="right")
-    table.add_column("steps", overflow="fold")
+        # The input gets what the other columns leave of the line (a non-terminal is 80
+        # wide): a fixed width squeezed the step list to one character per line.
+        steps_width = min(24, max(8, *(len(steps) for steps in steps_of.values())))
+        tools_width = max(len(group["tool_name"]) for group in data)
+        rest = tools_width + steps_width + len("hits") + len("fingerprint") + 16
+        input_width = max(12, min(60, stdout.width - rest))
+        table.add_column("input", no_wrap=True, overflow="ellipsis", max_width=input_width)
+    table.add_column("hits", justify="right", no_wrap=True)
+    table.add_column("steps", overflow="fold", min_width=8)
     table.add_column("fingerprint", no_wrap=True)
     for group in data:
-        fingerprint = group["fingerprint"] if full else group["fingerprint"][:12] + "…"
-        steps = ", ".join(map(str, group["step_indices"]))
+        fingerprint = group["fingerprint"] if full else group["fingerprint"][:10] + "…"
+        steps = steps_of[id(group)]
         repeated = [] if full else [fmt.compact_json(inputs.get(group["step_indices"][0]))]
         table.add_row(group["tool_name"], *repeated, str(group["hits"]), steps, fingerprint)
     stdout.print(table)

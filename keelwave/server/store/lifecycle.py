@@ -143,9 +143,7 @@ def _settle(batch: list[Submission], error: BaseException) -> None:
 
 
 # One finisher per pool, gone with it.
-_FINISHERS: weakref.WeakKeyDictionary[AsyncConnectionPool, _Finisher] = (
-    weakref.WeakKeyDictionary()
-)
+_FINISHERS: weakref.WeakKeyDictionary[AsyncConnectionPool, _Finisher] = weakref.WeakKeyDictionary()
 
 
 def _rounds(finishes: list[tuple[uuid.UUID, Finish]]) -> list[list[tuple[uuid.UUID, Finish]]]:

@@ -108,9 +108,10 @@ def _agents(client: Keelwave, rng: random.Random) -> list[tuple[str, object]]:
         turns[habit] = turns.get(habit, -1) + 1
         return turns[habit]
 
-    def think_with_model(tokens: int) -> None:
+    def think_with_model(tokens: int, leads_to_a_step: bool = True) -> None:
         """A model call that decides the next tool call: it takes (a little) time, and
-        is linked to the step it leads to, as an adapter in a real agent would record it."""
+        is linked to the step it leads to, as an adapter in a real agent would record it
+        (a call that leads to a child run instead is linked to no step)."""
         run = get_current_run()
         provider, model = rng.choice(MODELS)
         started = time.perf_counter()
@@ -122,7 +123,7 @@ def _agents(client: Keelwave, rng: random.Random) -> list[tuple[str, object]]:
             output_tokens=tokens // 8,
             cache_read_tokens=tokens // 3,
             latency_ms=(time.perf_counter() - started) * 1000,
-            step_index=run.step_count + 1,
+            step_index=run.step_count + 1 if leads_to_a_step else None,
         )
 
     def work(low: float, high: float) -> None:
@@ -188,7 +189,7 @@ def _agents(client: Keelwave, rng: random.Random) -> list[tuple[str, object]]:
 
     @client.agent(name="triage-agent")
     def triage(question: str) -> str:
-        think_with_model(rng.randint(500, 1_500))
+        think_with_model(rng.randint(500, 1_500), leads_to_a_step=False)
         # It hands the question to a specialist: that agent's run is a child of this one.
         specialist = sql if turn("triage") % 3 == 2 else research
         specialist(question)

@@ -147,6 +147,13 @@ class Settings(BaseSettings):
         description="How often retention is enforced (projects' retention_days; one server "
         "at a time does it); also soon after start.",
     )
+    citus_compress_after_days: float = Field(
+        default=7,
+        ge=0,
+        description="On Citus: convert days of steps and model calls older than this to the "
+        "columnar access method (and only once retention has deleted what it would there); "
+        "0: never. See docs/scale-out.md, 'Compression'.",
+    )
     retry_after_seconds: int = Field(
         default=1, ge=1, description="Retry-After sent with 503 answers."
     )

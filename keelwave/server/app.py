@@ -11,6 +11,7 @@ from __future__ import annotations
 import gc
 import logging
 from collections.abc import AsyncIterator
+from datetime import timedelta
 
 import psycopg
 from aiohttp import web
@@ -33,6 +34,7 @@ from keelwave.server.lifecycle import transfer
 from keelwave.server.query import aggregates, finding_counts, loops, runs, tools
 from keelwave.server.store import citus, connection_check, pooling, refusals, timescale
 from keelwave.server.store.citus.lane import CitusLane
+from keelwave.server.store.citus.partitions import PartitionKeeper
 from keelwave.server.store.lane import Lane
 from keelwave.server.store.reaper import Reaper
 from keelwave.server.store.retention import Enforcer
@@ -176,6 +178,11 @@ async def _database(app: web.Application) -> AsyncIterator[None]:
     # Every process has one; the lease in the database lets one work at a time.
     retention = Enforcer(pool, settings.retention_every_seconds)
     retention.start()
+    # On Citus: the days of steps and model calls ahead, and closed ones compressed.
+    compress_after = timedelta(days=settings.citus_compress_after_days) or None
+    partition_keeper = PartitionKeeper(pool, compress_after=compress_after) if distributed else None
+    if partition_keeper is not None:
+        partition_keeper.start()
     app[appkeys.POOL] = pool
     app[appkeys.WRITER] = writer
     app[appkeys.KEYSTORE] = keystore
@@ -203,6 +210,8 @@ async def _database(app: web.Application) -> AsyncIterator[None]:
         await reaper.stop()
         await maintenance.stop()
         await retention.stop()
+        if partition_keeper is not None:
+            await partition_keeper.stop()
         await keystore.stop()
         await deliverer.stop()  # its last sends are recorded while the pool is open
         await pool.close()

@@ -8,9 +8,12 @@ retention takes), retention.py enforces the periods set here.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC
 
 import msgspec
+import psycopg
 from aiohttp import web
 from psycopg.rows import dict_row
 
@@ -29,9 +32,22 @@ from keelwave.server.lifecycle.schemas import (
     RunSelector,
 )
 from keelwave.server.store import erasure
+from keelwave.server.store.citus import partitions as citus_partitions
 
 routes = ApiRoutes("lifecycle")
 RUNS = "/v1/projects/{project_id}/agent/runs"
+
+
+@contextmanager
+def _refusing_compressed() -> Iterator[None]:
+    """On Citus, rows in a columnar day cannot be deleted (store/citus/partitions.py):
+    a 409 that says so, not a 500. The batches before it stay deleted, each whole."""
+    try:
+        yield
+    except psycopg.errors.InternalError_ as error:
+        if not citus_partitions.is_compressed_delete(error):
+            raise
+        raise ApiError(409, "compressed", citus_partitions.COMPRESSED_ROWS) from None
 
 
 @routes.delete(
@@ -46,7 +62,8 @@ async def delete_run(request: web.Request) -> web.Response:
     project_id = await params.project_for(request, ALL)
     run_id = params.run_id_of(request)
     children = params.boolean(request, "children") or False
-    erased = await erasure.erase_run(request.app[appkeys.POOL], project_id, run_id, children)
+    with _refusing_compressed():
+        erased = await erasure.erase_run(request.app[appkeys.POOL], project_id, run_id, children)
     if erased is None:
         raise not_found(f"run {run_id}")
     return respond(DeletedResponse, {"data": erased.as_dict()})
@@ -83,9 +100,10 @@ async def delete_runs(request: web.Request) -> web.Response:
         raise ApiError(
             422, "validation_error", "give at least one of agent_name, metadata and before"
         )
-    erased = await erasure.erase_where(
-        request.app[appkeys.POOL], project_id, " AND ".join(where), args
-    )
+    with _refusing_compressed():
+        erased = await erasure.erase_where(
+            request.app[appkeys.POOL], project_id, " AND ".join(where), args
+        )
     return respond(DeletedResponse, {"data": erased.as_dict()})
 
 

@@ -48,6 +48,7 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from keelwave.server.store import daily_rollups, erasure, statements, traces
+from keelwave.server.store.citus import partitions as citus_partitions
 from keelwave.server.store.periodic import Periodic
 from keelwave.server.store.timescale import TABLES as HYPERTABLES
 from keelwave.server.store.timescale import has_timescaledb
@@ -194,6 +195,7 @@ class _Round:
         self.me = me
         self.deleted = dict.fromkeys(DELETED_FROM, 0)
         self.timescale = False
+        self.partitions = False  # steps and model calls in Citus time partitions
         self._resumed = time.perf_counter()
         self.summary: dict[str, Any] = {"projects": [], "chunks_dropped": {}, "vacuumed": []}
 
@@ -252,6 +254,7 @@ async def _enforce(work: _Round) -> None:
         return
     async with work.pool.connection() as conn:
         work.timescale = await has_timescaledb(conn)
+        work.partitions = await citus_partitions.is_partitioned(conn)
         keeps_forever = (await (await conn.execute(KEEPS_FOREVER)).fetchone())[0]
     if work.timescale and not keeps_forever:
         # PROJECTS is ordered longest period first: its cutoff is the earliest. A chunk
@@ -260,6 +263,15 @@ async def _enforce(work: _Round) -> None:
         # (an agent's clock against the server's) would leave a kept run counting a
         # step that is gone. What lies between goes by the batched deletes, with runs.
         await _drop_chunks(work, projects[0][3] - CHUNK_DROP_SLACK)
+    if work.partitions and not keeps_forever:
+        # On Citus, the days of steps and model calls (migration 0015), by the same rule:
+        # received wholly before that cutoff less a day (store/citus/partitions.py).
+        started = time.perf_counter()
+        older_than = projects[0][3] - citus_partitions.CLOCK_SLACK
+        work.summary["chunks_dropped"].update(
+            await citus_partitions.drop_before(work.pool, older_than)
+        )
+        work.summary["drop_seconds"] = round(time.perf_counter() - started, 3)
     for project_id, name, days, cutoff, swept_before in projects:
         tally = {"project": name, "retention_days": days, "cutoff": cutoff}
         erased = await erasure.erase_where(

@@ -1,0 +1,227 @@
+"""The daily partitions of agent_steps and ai_traces on Citus (migration 0015).
+
+Three things keep them, all through Citus's own procedures, which act on every
+shard of the table at once:
+
+* **Days ahead.** A row's partition is the UTC day the server received it, so
+  rows always fall in today's partition, and there is no default partition to
+  fall back on: :class:`PartitionKeeper`, in every ``serve`` process, makes sure
+  the next AHEAD days exist (``create_time_partitions``) at start and every
+  hour. Creating a day that exists already is a no-op, so servers need no lease
+  for it; two racing through different nodes make one of them skip a round.
+* **Retention** drops the days received wholly before the longest period's
+  cutoff less a day (``drop_old_time_partitions``), from the retention round
+  (retention.py, one leased enforcer across servers), in place of TimescaleDB's
+  drop_chunks and under the same rule: only when no project keeps forever.
+* **Compression** converts closed days to the columnar access method
+  (``alter_old_partitions_set_access_method``), once they are older than
+  COMPRESS_AFTER *and* retention has deleted every row a project with a period
+  could still need deleted there (:func:`compression_boundary`): columnar takes
+  no DELETE, so a columnar day must hold only rows that are never deleted by
+  retention. Late steps are still accepted: they are received today, into a
+  heap partition. Erasure by request of a run with rows in a columnar day is
+  refused (:data:`COMPRESSED_ROWS`, docs/scale-out.md says how to allow it).
+
+Every DDL statement here runs with a short lock timeout, propagated to the
+workers, and is retried: creating or dropping a partition locks its shard's
+parent, and waiting behind a long query there would hold every ingest
+transaction of that shard behind it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from datetime import datetime, timedelta
+from typing import Any
+
+import psycopg
+from psycopg_pool import AsyncConnectionPool
+
+from keelwave.server.store.periodic import Periodic
+
+log = logging.getLogger("keelwave.citus")
+
+TABLES = ("agent_steps", "ai_traces")
+INTERVAL = timedelta(days=1)
+AHEAD = timedelta(days=7)
+EVERY_SECONDS = 3600.0
+FIRST_AFTER_SECONDS = 5.0
+# Closed days become columnar after this long (TimescaleDB's policy compresses at 7 days too).
+COMPRESS_AFTER = timedelta(days=7)
+# Rows arrive after their run started, give or take the agent's clock: a day received
+# before a cutoff less this holds rows of runs that started before the cutoff only.
+CLOCK_SLACK = timedelta(days=1)
+LOCK_TIMEOUT_MS = 200
+ATTEMPTS = 20
+
+# What PostgreSQL says when a DELETE reaches a row stored in a columnar partition.
+COLUMNAR_DELETE = "columnar_tuple_delete not implemented"
+COMPRESSED_ROWS = (
+    "some of these runs' steps or model calls are stored in a compressed (columnar) day, "
+    "which takes no DELETE; the runs before them are deleted. An operator can convert that "
+    "day back (docs/scale-out.md, 'Compression') and the request be sent again"
+)
+
+
+def is_compressed_delete(error: psycopg.Error) -> bool:
+    """Whether ``error`` is a DELETE refused by a row in a columnar day."""
+    return COLUMNAR_DELETE in (error.diag.message_primary or str(error))
+
+
+IS_PARTITIONED = """
+SELECT count(*) FROM pg_partitioned_table
+WHERE partrelid = ANY(ARRAY[{}]::regclass[])
+  AND EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')
+""".format(", ".join(f"to_regclass('{table}')" for table in TABLES))
+DAYS = """
+SELECT count(*) FILTER (WHERE to_value::timestamptz > now()),
+       count(*) FILTER (WHERE to_value::timestamptz <= %(before)s),
+       count(*) FILTER (WHERE to_value::timestamptz <= %(before)s AND access_method <> 'columnar')
+FROM time_partitions WHERE parent_table = %(table)s::regclass
+"""
+# The retained projects' periods and how far retention has deleted for each.
+RETENTION = """
+SELECT count(*), count(s.swept_before), min(s.swept_before)
+FROM projects p LEFT JOIN retention_sweeps s ON s.project_id = p.id
+WHERE p.retention_days IS NOT NULL
+"""
+
+
+async def is_partitioned(conn: psycopg.AsyncConnection) -> bool:
+    """Whether migration 0015 partitioned this database's steps and model calls."""
+    [(count,)] = await (await conn.execute(IS_PARTITIONED)).fetchall()
+    return count == len(TABLES)
+
+
+async def _ddl(pool: AsyncConnectionPool, sql: str, args: Any = None) -> None:
+    """Run ``sql`` in a transaction whose locks, on the coordinator and on the workers,
+    are waited for LOCK_TIMEOUT_MS at most; retried ATTEMPTS times."""
+    for attempt in range(ATTEMPTS):
+        try:
+            async with pool.connection() as conn, conn.transaction():
+                # SET LOCAL reaches the workers' side of the transaction only so.
+                await conn.execute("SET LOCAL citus.propagate_set_commands TO 'local'")
+                await conn.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT_MS}ms'")
+                await conn.execute("SET LOCAL timezone TO 'UTC'")  # the days are UTC days
+                await conn.execute(sql, args)
+            return
+        except (psycopg.errors.LockNotAvailable, psycopg.errors.DeadlockDetected):
+            if attempt == ATTEMPTS - 1:
+                raise
+            await asyncio.sleep(random.uniform(0.05, 0.25) * (1 + attempt // 5))
+
+
+async def _days(pool: AsyncConnectionPool, table: str, before: datetime) -> tuple[int, int, int]:
+    """(days ahead of now, days ending by ``before``, of those the ones not columnar)."""
+    async with pool.connection() as conn:
+        [row] = await (await conn.execute(DAYS, {"table": table, "before": before})).fetchall()
+    return row
+
+
+async def create_ahead(pool: AsyncConnectionPool, ahead: timedelta = AHEAD) -> int:
+    """Make sure every day up to ``ahead`` from now has its partition; how many were made."""
+    made = 0
+    for table in TABLES:
+        [(before,)] = await _rows(pool, "SELECT now() + %s", (ahead,))
+        already, _, _ = await _days(pool, table, before)
+        await _ddl(
+            pool,
+            "SELECT create_time_partitions(%s::regclass, %s, now() + %s, now())",
+            (table, INTERVAL, ahead),
+        )
+        made += (await _days(pool, table, before))[0] - already
+    return made
+
+
+async def drop_before(pool: AsyncConnectionPool, older_than: datetime) -> dict[str, int]:
+    """Drop the days of each table received wholly before ``older_than``; how many went."""
+    dropped = {}
+    for table in TABLES:
+        _, old, _ = await _days(pool, table, older_than)
+        if not old:
+            continue
+        await _ddl(pool, "CALL drop_old_time_partitions(%s::regclass, %s)", (table, older_than))
+        dropped[table] = old - (await _days(pool, table, older_than))[1]
+    return dropped
+
+
+async def compress_before(pool: AsyncConnectionPool, older_than: datetime) -> dict[str, int]:
+    """Convert the days of each table received wholly before ``older_than`` to columnar;
+    how many were converted.
+
+    The procedure commits after each day, so it runs outside a transaction; each
+    day's rewrite locks that day of every shard while it copies (reads and the
+    writer's duplicate checks of that shard wait for it).
+    """
+    converted = {}
+    for table in TABLES:
+        _, _, heap = await _days(pool, table, older_than)
+        if not heap:
+            continue
+        async with pool.connection() as conn:
+            await conn.execute("SET timezone TO 'UTC'")
+            await conn.execute(
+                "CALL alter_old_partitions_set_access_method(%s::regclass, %s, 'columnar')",
+                (table, older_than),
+            )
+        converted[table] = heap - (await _days(pool, table, older_than))[2]
+    return converted
+
+
+async def compression_boundary(
+    pool: AsyncConnectionPool, compress_after: timedelta = COMPRESS_AFTER
+) -> datetime | None:
+    """Before when days may be made columnar now; None while none may.
+
+    Never before retention has deleted what it will delete there: a project with a
+    period deletes its runs as they pass its cutoff, which for the longest period
+    is the oldest cutoff (retention_sweeps keeps each project's last one). Days
+    received a CLOCK_SLACK before every retained project's last cutoff hold rows of
+    deleted runs of those projects no more, only rows of projects that keep
+    forever, which retention never deletes. A project that retention has not swept
+    yet holds compression back altogether.
+    """
+    [(now,)] = await _rows(pool, "SELECT now()")
+    boundary = now - compress_after
+    [(retained, swept, oldest_cutoff)] = await _rows(pool, RETENTION)
+    if retained:
+        if swept < retained:
+            return None
+        boundary = min(boundary, oldest_cutoff - CLOCK_SLACK)
+    return boundary
+
+
+async def _rows(pool: AsyncConnectionPool, sql: str, args: Any = None) -> list[tuple]:
+    async with pool.connection() as conn:
+        return await (await conn.execute(sql, args)).fetchall()
+
+
+class PartitionKeeper(Periodic):
+    """Creates the days ahead and compresses closed ones, at start and every hour, in
+    every ``serve`` on Citus. Compression is off with ``compress_after=None``."""
+
+    def __init__(
+        self,
+        pool: AsyncConnectionPool,
+        every: float = EVERY_SECONDS,
+        compress_after: timedelta | None = COMPRESS_AFTER,
+    ) -> None:
+        first = min(FIRST_AFTER_SECONDS, every)
+        super().__init__("Citus partitions", self.run_once, every, log, first_after=first)
+        self._pool = pool
+        self._compress_after = compress_after
+
+    async def run_once(self) -> dict[str, Any]:
+        async with self._pool.connection() as conn:
+            if not await is_partitioned(conn):  # a schema before migration 0015
+                return {}
+        done: dict[str, Any] = {"created": await create_ahead(self._pool)}
+        if self._compress_after is not None:
+            boundary = await compression_boundary(self._pool, self._compress_after)
+            if boundary is not None:
+                done["compressed"] = await compress_before(self._pool, boundary)
+        if done["created"] or done.get("compressed"):
+            log.info("Citus partitions: %s", done)
+        return done

@@ -18,7 +18,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from otlp_exports import ALL, document, export_of, spans_of, split, to_protobuf
 
 from keelwave.server.app import create_app
-from keelwave.server.ingest.otlp import decode, mapping
+from keelwave.server.ingest.otlp import decode, mapping, projection
 
 PROTOBUF = "application/x-protobuf"
 LIMIT = 1 << 20  # the body limit of these tests' server
@@ -168,13 +168,18 @@ SPLIT = ["pydanticai_loop", "pydanticai_nested", "openaiagents_handoff", "openai
          "strands_latest_nested", "openaiagents_agent_as_tool", "langgraph_arg_shapes"]  # fmt: skip
 
 
+@pytest.mark.parametrize("elsewhere", [False, True], ids=["one process", "each elsewhere"])
 @pytest.mark.parametrize("name", SPLIT)
 async def test_split_reordered_and_retried_exports_store_what_one_export_does(
-    api, db_url: str, name: str
+    api, db_url: str, name: str, elsewhere: bool
 ) -> None:
+    """``elsewhere``: each export reaches a process that holds none of the trace (as
+    with several workers or servers): it reads the spans back from the database."""
     whole, pieces = make_project(db_url), make_project(db_url)
     assert (await send(api, whole.keys["ingest"], document(name)))[0] == 200
     for number, export in enumerate(split(document(name), seed=len(name))):
+        if elsewhere:
+            projection._memos.clear()
         status, body = await send(api, pieces.keys["ingest"], export, number % 2 == 0)
         assert status == 200, body
     expected, got = stored(db_url, whole.id), stored(db_url, pieces.id)

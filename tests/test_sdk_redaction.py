@@ -522,3 +522,25 @@ def test_with_redaction_off_calls_differing_in_a_secret_are_different_calls(
     response = httpx.get(f"{server.url}/v1/projects/{project.id}/agent/runs/{run_id}/loops",
                          headers=project.auth("read"))  # fmt: skip
     assert response.json()["data"] == []
+
+
+# -- the server's screen of a span's attributes -------------------------------------------
+
+attribute_keys = texts | st.sampled_from(
+    ["gen_ai.tool.call.arguments", "gen_ai.tool.call.result", "input.value", "http.url",
+     "gen_ai.usage.input_tokens", "db.statement", "api_key", "user.password"]
+)  # fmt: skip
+attribute_sets = st.dictionaries(
+    attribute_keys, st.none() | st.booleans() | st.integers() | texts | values, max_size=6
+)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(attribute_sets)
+def test_a_spans_attributes_screened_together_redact_as_one_by_one(attributes: dict) -> None:
+    from keelwave.server.redaction import BUILTIN
+
+    one_by_one = {key: BUILTIN._value(key, value) for key, value in attributes.items()}
+    assert BUILTIN.attributes(attributes) == one_by_one
+    padded = {**attributes, "padding": "." * 100}  # past the short-text screen
+    assert BUILTIN.attributes(padded) == {**one_by_one, "padding": "." * 100}

@@ -87,6 +87,10 @@ class RunRow:
 class Projection(Protocol):
     """The caller's projection of a trace's spans into runs (ingest/otlp/projection.py)."""
 
+    def inserted(self, spans: list[tuple[bytes, bytes]]) -> None:
+        """The (trace id, span id) of the export's spans that it stored (not a retry's)."""
+        ...
+
     def known(self, trace_id: bytes) -> list[bytes]:
         """The ids of the trace's spans it still holds (from mapping it before)."""
         ...
@@ -143,10 +147,12 @@ async def store_export(
         )
         await _stage_spans(cur, project_id, spans)
         await cur.execute(INSERT_SPANS)
-        grown = sorted({trace for (trace,) in await cur.fetchall()})
-        if not grown:
+        inserted = [(bytes(trace), bytes(span_id)) for trace, span_id in await cur.fetchall()]
+        if not inserted:
             return 0
-        new_spans = cur.rowcount
+        project.inserted(inserted)
+        grown = sorted({trace for trace, _ in inserted})
+        new_spans = len(inserted)
         stored = await _stored_spans(cur, project_id, grown, project)
         previous = await _stored_runs(cur, project_id, grown)
         plan = _Plan()
@@ -162,20 +168,30 @@ async def _stored_spans(
     cur: psycopg.AsyncCursor, project_id: uuid.UUID, traces: list[bytes], project: Projection
 ) -> dict[bytes, list[tuple[bytes, bytes | None]]]:
     """Every stored span of ``traces``, the stored form only of those the projection
-    does not hold already (a trace mapped again mostly reads ids)."""
-    known = [(trace, span_id) for trace in traces for span_id in project.known(trace)]
-    await cur.execute(
-        READ_SPANS,
-        (
-            [trace for trace, _ in known], [span_id for _, span_id in known], project_id,
-            traces,
-        ),
-    )  # fmt: skip
+    does not hold already: their ids are read, then the bodies of the others, if any
+    (one process sees most exports of a trace, and holds the export's own new spans)."""
+    await cur.execute(READ_SPAN_IDS, (project_id, traces))
     found: dict[bytes, list[tuple[bytes, bytes | None]]] = {}
-    for trace, span_id, span in await cur.fetchall():
-        found.setdefault(bytes(trace), []).append(
-            (bytes(span_id), bytes(span) if span is not None else None)
+    for trace, span_ids in await cur.fetchall():
+        trace = bytes(trace)
+        found[trace] = [(bytes(span_id), None) for span_id in span_ids]
+    missing: set[tuple[bytes, bytes]] = set()
+    for trace, spans in found.items():
+        known = set(project.known(trace))
+        missing.update((trace, span_id) for span_id, _ in spans if span_id not in known)
+    if missing:
+        pairs = sorted(missing)
+        await cur.execute(
+            READ_SPANS, ([trace for trace, _ in pairs], [span for _, span in pairs], project_id)
         )
+        bodies = {(bytes(t), bytes(s)): bytes(span) for t, s, span in await cur.fetchall()}
+        for trace, spans in found.items():
+            # A span gone between the two reads (retention) is left out, as if not read.
+            spans[:] = [
+                (span_id, bodies.get((trace, span_id)))
+                for span_id, _ in spans
+                if (trace, span_id) not in missing or (trace, span_id) in bodies
+            ]
     return found
 
 
@@ -350,18 +366,21 @@ STAGE_SPANS_DDL = (
     "CREATE TEMP TABLE IF NOT EXISTS kw_stage_spans "
     "(LIKE otlp_spans INCLUDING DEFAULTS) ON COMMIT DELETE ROWS"
 )
+READ_SPAN_IDS = """
+SELECT trace_id, array_agg(span_id) FROM otlp_spans
+WHERE project_id = %s AND trace_id = ANY(%s)
+GROUP BY trace_id
+"""
 READ_SPANS = """
-SELECT s.trace_id, s.span_id, CASE WHEN k.span_id IS NULL THEN s.span END
-FROM otlp_spans s
-LEFT JOIN unnest(%s::bytea[], %s::bytea[]) AS k (trace_id, span_id)
-       ON k.trace_id = s.trace_id AND k.span_id = s.span_id
-WHERE s.project_id = %s AND s.trace_id = ANY(%s)
+SELECT s.trace_id, s.span_id, s.span
+FROM unnest(%s::bytea[], %s::bytea[]) AS k (trace_id, span_id)
+JOIN otlp_spans s ON s.project_id = %s AND s.trace_id = k.trace_id AND s.span_id = k.span_id
 """
 INSERT_SPANS = """
 INSERT INTO otlp_spans (project_id, trace_id, span_id, span)
 SELECT project_id, trace_id, span_id, span FROM kw_stage_spans
 ON CONFLICT DO NOTHING
-RETURNING trace_id
+RETURNING trace_id, span_id
 """
 
 # A run's share of the rollups, read from its stored rows, staged ``sign`` times:

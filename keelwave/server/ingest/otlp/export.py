@@ -39,6 +39,9 @@ class Accepted(msgspec.Struct, frozen=True):
     spans: list[tuple[bytes, bytes, bytes]]  # (trace id, span id, stored form)
     rejected: int
     message: str
+    # The stored forms decoded, by (trace id, span id): what the projection would get
+    # from decoding them (stored.kept), so the spans that are new need no decoding.
+    kept: dict[tuple[bytes, bytes], decode.Span] = msgspec.field(default_factory=dict)
 
 
 class Unavailable(Exception):
@@ -59,24 +62,27 @@ class Rejected(Exception):
 
 def check(spans: list[decode.Span], rules: ServerRedaction = BUILTIN) -> Accepted:
     """Keep the spans that can be stored; count and say why the others cannot."""
-    kept: dict[tuple[bytes, bytes], tuple[bytes, bytes, bytes]] = {}
+    rows: dict[tuple[bytes, bytes], tuple[bytes, bytes, bytes]] = {}
+    kept: dict[tuple[bytes, bytes], decode.Span] = {}
     problems: dict[str, int] = {}
-    resources: dict[int, dict] = {}  # redacted once per resource (stored.encode)
+    resources: dict[int, dict] = {}  # redacted once per resource (stored.kept)
     for span in spans:
         problem = _problem(span)
         if problem is None:
+            key = (span.trace_id, span.span_id)
+            if key in rows:  # the same span twice in one export: the first one counts
+                continue
             try:
-                kept.setdefault(
-                    (span.trace_id, span.span_id),
-                    (span.trace_id, span.span_id, stored.encode(span, rules, resources)),
-                )
+                form = stored.kept(span, rules, resources)
+                rows[key] = (span.trace_id, span.span_id, stored.encode_kept(form))
+                kept[key] = form
                 continue
             except (OverflowError, TypeError, ValueError):
                 problem = "an attribute value cannot be stored (an integer beyond 64 bits?)"
         problems[problem] = problems.get(problem, 0) + 1
     rejected = sum(problems.values())
     message = "; ".join(f"{count} span(s): {why}" for why, count in problems.items())
-    return Accepted(list(kept.values()), rejected, message)
+    return Accepted(list(rows.values()), rejected, message, kept)
 
 
 def _problem(span: decode.Span) -> str | None:
@@ -121,7 +127,10 @@ class TraceIngest:
             )
         self._waiting += 1
         write = traces.store_export(
-            self._pool, project_id, accepted.spans, projection(project_id, self._prices)
+            self._pool,
+            project_id,
+            accepted.spans,
+            projection(project_id, self._prices, accepted.kept),
         )
         try:
             # shield: an exporter that gives up must not cancel a commit half-way.

@@ -61,15 +61,33 @@ class TraceProjection:
     """What the store calls with a trace's stored spans, for one project
     (store.traces.Projection)."""
 
-    def __init__(self, project_id: uuid.UUID, prices: PriceTable) -> None:
+    def __init__(
+        self,
+        project_id: uuid.UUID,
+        prices: PriceTable,
+        fresh: dict[tuple[bytes, bytes], Span] | None = None,
+    ) -> None:
         self._project_id = project_id
         self._prices = prices
+        self._fresh = fresh or {}  # the export's spans as stored (export.Accepted.kept)
         # The memos this export was told about, held even if the shared cache drops
         # them meanwhile: the spans it said it knows must still be there.
         self._held: dict[bytes, _TraceMemo] = {}
 
+    def inserted(self, spans: list[tuple[bytes, bytes]]) -> None:
+        """These (trace id, span id) of the export were stored by it: they are known as
+        they are, with no need to read them back. (Only those: a span already stored,
+        a retried export's, stays as it was first stored.)"""
+        fresh = self._fresh
+        for trace_id, span_id in spans:
+            span = fresh.get((trace_id, span_id))
+            if span is not None:
+                memo = self._held.get(trace_id) or _memo(self._project_id, trace_id)
+                self._held[trace_id] = memo
+                memo.spans[span_id] = span  # stored just now: this is the span
+
     def known(self, trace_id: bytes) -> list[bytes]:
-        memo = _memo(self._project_id, trace_id)
+        memo = self._held.get(trace_id) or _memo(self._project_id, trace_id)
         self._held[trace_id] = memo
         return list(memo.spans)
 
@@ -86,8 +104,12 @@ class TraceProjection:
         return [_row(self._project_id, trace_id, run, self._prices) for run in runs]
 
 
-def projection(project_id: uuid.UUID, prices: PriceTable) -> TraceProjection:
-    return TraceProjection(project_id, prices)
+def projection(
+    project_id: uuid.UUID,
+    prices: PriceTable,
+    fresh: dict[tuple[bytes, bytes], Span] | None = None,
+) -> TraceProjection:
+    return TraceProjection(project_id, prices, fresh)
 
 
 def when(ns: int) -> datetime:

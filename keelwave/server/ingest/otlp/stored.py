@@ -16,7 +16,7 @@ import dataclasses
 import msgspec
 
 from keelwave.server.ingest.otlp import conventions as c
-from keelwave.server.ingest.otlp.decode import Span
+from keelwave.server.ingest.otlp.decode import Event, Span
 from keelwave.server.redaction import BUILTIN, ServerRedaction
 
 _encoder = msgspec.msgpack.Encoder()
@@ -26,11 +26,26 @@ _decoder = msgspec.msgpack.Decoder(Span)
 def encode(
     span: Span, rules: ServerRedaction = BUILTIN, resources: dict[int, dict] | None = None
 ) -> bytes:
-    """The stored form of ``span``, its secrets redacted by the project's ``rules``
-    (server/redaction.py); raises OverflowError or TypeError for values msgpack cannot
-    hold (an integer beyond 64 bits). ``resources``: the redacted resources of this
-    export so far, by the id of the decoded one (every span of a resource shares it):
-    redacted once, not once a span. Only for the spans of one export, while they live."""
+    """The stored form of ``span`` (:func:`kept`), as msgpack; raises OverflowError or
+    TypeError for values msgpack cannot hold (an integer beyond 64 bits)."""
+    return encode_kept(kept(span, rules, resources))
+
+
+def encode_kept(span: Span) -> bytes:
+    """A span :func:`kept` made already, as msgpack."""
+    return _encoder.encode(span)
+
+
+def kept(
+    span: Span, rules: ServerRedaction = BUILTIN, resources: dict[int, dict] | None = None
+) -> Span:
+    """What is kept of ``span``: lean where it can be, its secrets redacted by the
+    project's ``rules`` (server/redaction.py); ``span`` itself when that changes
+    nothing, the common case. ``decode(encode(x))`` equals ``kept(x)``, so the spans an
+    export brings can be projected as they are, without a round trip through msgpack.
+    ``resources``: the redacted resources of this export so far, by the id of the
+    decoded one (every span of a resource shares it): redacted once, not once a span.
+    Only for the spans of one export, while they live."""
     events = span.events
     attributes = span.attributes
     if span.parent_span_id is not None and c.role(span) == c.OTHER:
@@ -41,17 +56,32 @@ def encode(
         resource = rules.attributes(span.resource)
         if resources is not None:
             resources[id(span.resource)] = resource
-    span = dataclasses.replace(
-        span,
-        attributes=rules.attributes(attributes),
-        events=[
-            dataclasses.replace(event, attributes=rules.attributes(event.attributes))
-            for event in events
-        ],
-        status_message=rules.text(span.status_message) or "",
-        resource=resource,
+    redacted_events = [_event(event, rules) for event in events]
+    changed = events is not span.events or any(
+        new is not old for new, old in zip(redacted_events, events, strict=True)
     )
-    return _encoder.encode(span)
+    redacted = rules.attributes(attributes)
+    status = rules.text(span.status_message) or ""
+    if (
+        not changed
+        and redacted is span.attributes
+        and resource is span.resource
+        and status == span.status_message
+    ):
+        return span
+    return dataclasses.replace(
+        span, attributes=redacted, events=redacted_events, status_message=status,
+        resource=resource,
+    )  # fmt: skip
+
+
+def _event(event: Event, rules: ServerRedaction) -> Event:
+    attributes = rules.attributes(event.attributes)
+    return (
+        event
+        if attributes is event.attributes
+        else dataclasses.replace(event, attributes=attributes)
+    )
 
 
 def decode(blob: bytes) -> Span:

@@ -75,6 +75,7 @@ class ServerRedaction:
     def __init__(self, patterns: tuple[str, ...] = ()) -> None:
         self.patterns = patterns
         self._rules = Redaction(patterns=patterns)
+        self._attribute_verdicts: dict[str, bool] = {}
 
     def json_payload(self, raw: msgspec.Raw | bytes | None) -> msgspec.Raw | bytes | None:
         """A JSON payload as it may be stored: ``raw`` itself, or its redacted text."""
@@ -107,20 +108,39 @@ class ServerRedaction:
         look-around beyond the match's own characters), so what it finds in one value
         it finds in their concatenation. False sends the span down the walk, value by
         value, as before."""
-        rules = self._rules
+        secret_key = self._secret_attribute
         texts = []
         for key, value in values.items():
-            if rules.secret_key(key.rsplit(".", 1)[-1]):
+            if secret_key(key):
                 return False
             if isinstance(value, str):
                 texts.append(value)
-            elif isinstance(value, dict | list):
-                return False  # structured values are screened as JSON text: the walk
-        return not texts or not rules.may_hold_secret("\n".join(texts))
+            elif isinstance(value, list):
+                # An array of strings or numbers (finish reasons, stop sequences): the
+                # walk treats each string as free text, as the screen does here.
+                for item in value:
+                    if isinstance(item, str):
+                        texts.append(item)
+                    elif isinstance(item, dict | list):
+                        return False
+            elif isinstance(value, dict):
+                return False  # its keys could name secrets: screened as JSON, walked
+        return not texts or not self._rules.may_hold_secret("\n".join(texts))
+
+    def _secret_attribute(self, key: str) -> bool:
+        """Whether an attribute's value is hidden for its name (``db.password``): by
+        its last dotted part, remembered per name (a framework uses a few dozen)."""
+        verdict = self._attribute_verdicts.get(key)
+        if verdict is None:
+            verdict = self._rules.secret_key(key.rsplit(".", 1)[-1])
+            if len(self._attribute_verdicts) >= 4096:  # endless distinct names
+                self._attribute_verdicts.clear()
+            self._attribute_verdicts[key] = verdict
+        return verdict
 
     def _value(self, key: str, value: Any) -> Any:
         rules = self._rules
-        if rules.secret_key(key.rsplit(".", 1)[-1]):
+        if self._secret_attribute(key):
             return "[REDACTED]"
         if isinstance(value, str):
             if value.lstrip()[:1] in ("{", "["):

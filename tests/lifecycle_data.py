@@ -19,6 +19,8 @@ from datetime import UTC, datetime, timedelta
 
 from conftest import Api, Project, query
 
+from keelwave.server.store.statements import ROLLUP_COUNTERS
+
 NOW = datetime.now(UTC).replace(microsecond=0)
 TOOLS = ("search", "fetch", "write")
 
@@ -157,8 +159,14 @@ async def aggregates(api: Api, project: Project, since: datetime, until: datetim
     return found
 
 
+# agent_run_rollups is in shards (migration 0016): only a key's sum means something.
+RUN_ROLLUPS_SUMMED = (
+    "(SELECT project_id, agent_name, bucket, "
+    + ", ".join(f"sum({c}) AS {c}" for c in ROLLUP_COUNTERS)
+    + " FROM agent_run_rollups GROUP BY project_id, agent_name, bucket)"
+)
 _ROLLUPS = {
-    "agent_run_rollups": "agent_name, bucket",
+    RUN_ROLLUPS_SUMMED: "agent_name, bucket",
     "agent_duration_rollups": "agent_name, bucket, duration_bin",
     "agent_tool_rollups": "tool_name, bucket, duration_bin",
     "agent_duration_rollups_daily": "agent_name, day, duration_bin",
@@ -180,7 +188,8 @@ def rollups(db_url: str, project_id: str, since: datetime | None = None) -> dict
             f"AND {start} ORDER BY {keys}",
             (project_id, since),
         )
-        found[table] = [_rounded(row) for (row,) in rows]
+        name = "agent_run_rollups" if table == RUN_ROLLUPS_SUMMED else table
+        found[name] = [_rounded(row) for (row,) in rows]
     return found
 
 
@@ -209,7 +218,7 @@ def stored_run_rollups(db_url: str, project_id: str, since: datetime | None = No
         db_url,
         "SELECT agent_name, bucket, runs, finished_runs, loop_runs, error_runs, steps, "
         "llm_calls, input_tokens, output_tokens, round(cost_usd::numeric, 6), "
-        "detected_loop_runs FROM agent_run_rollups WHERE project_id = %s AND bucket >= %s "
+        f"detected_loop_runs FROM {RUN_ROLLUPS_SUMMED} r WHERE project_id = %s AND bucket >= %s "
         "ORDER BY 1, 2",
         (project_id, since or datetime(1970, 1, 1, tzinfo=UTC)),
     )

@@ -73,10 +73,15 @@ def stored(db_url: str, project_id: str) -> dict[str, list[tuple]]:
         ),
         "run_rollups": query(
             db_url,
-            "SELECT agent_name, bucket, runs, finished_runs, loop_runs, error_runs, steps, "
-            "llm_calls, input_tokens, output_tokens, cost_usd, duration_ms_sum, term_clean, "
-            "term_error, term_max_steps_reached, term_context_limit, term_timeout "
-            "FROM agent_run_rollups WHERE project_id = %s AND runs <> 0 ORDER BY 1, 2",
+            # In shards (migration 0016): a key's sum is what counts.
+            "SELECT agent_name, bucket, sum(runs), sum(finished_runs), sum(loop_runs), "
+            "sum(error_runs), sum(steps), sum(llm_calls), sum(input_tokens), "
+            "sum(output_tokens), round(sum(cost_usd)::numeric, 9), "
+            "round(sum(duration_ms_sum)::numeric, 6), "
+            "sum(term_clean), sum(term_error), sum(term_max_steps_reached), "
+            "sum(term_context_limit), sum(term_timeout) "
+            "FROM agent_run_rollups WHERE project_id = %s GROUP BY 1, 2 HAVING sum(runs) <> 0 "
+            "ORDER BY 1, 2",
             (project,),
         ),
         "tool_rollups": query(
@@ -97,8 +102,8 @@ def rollups_recomputed(db_url: str, project_id: str) -> list[tuple]:
         "count(*) FILTER (WHERE loop_detected)::int, "
         "count(*) FILTER (WHERE termination_reason = 'error')::int, sum(step_count)::int, "
         "sum(llm_calls)::int, sum(input_tokens)::bigint, sum(output_tokens)::bigint, "
-        "sum(cost_usd), "
-        "coalesce(sum(duration_ms) FILTER (WHERE termination_reason IS NOT NULL), 0), "
+        "round(sum(cost_usd)::numeric, 9), round(coalesce(sum(duration_ms) "
+        "FILTER (WHERE termination_reason IS NOT NULL), 0)::numeric, 6), "
         "count(*) FILTER (WHERE termination_reason = 'clean')::int, "
         "count(*) FILTER (WHERE termination_reason = 'error')::int, "
         "count(*) FILTER (WHERE termination_reason = 'max_steps_reached')::int, "

@@ -117,6 +117,28 @@ def _drop_emptied(table: str, stage: str, keys: tuple[str, ...], empty: str) -> 
     )
 
 
+# agent_run_rollups is in shards (statements.RUN_ROLLUP_SHARDS): a run's share is
+# spread over them and only a key's sum over its shards means something. So the
+# erasure takes the runs' share out of its own shard, as every writer adds to its
+# own, and then deletes all of a key's rows once their sum counts no run (a shard
+# left below zero beside another above it is harmless: readers sum). Its DELETE
+# waits for other shards' writers, who hold one shard's rows each and never wait for
+# it; two erasures of one project could wait for each other's shards, so they take
+# turns (ERASURE_TURNS), which costs nothing: erasures are rare and short.
+ERASURE_TURNS = 0x6B7A  # pg_advisory_xact_lock(int, int) namespace: one project's erasures
+TAKE_TURN = "SELECT pg_advisory_xact_lock(%s, hashtext(%s::text))"
+_SAME_KEY = " AND ".join(f"x.{key} = k.{key}" for key in ("project_id", "bucket", "agent_name"))
+DROP_EMPTIED_RUN_ROLLUPS = f"""
+DELETE FROM agent_run_rollups r USING (
+    SELECT x.project_id, x.bucket, x.agent_name
+    FROM agent_run_rollups x
+    JOIN (SELECT DISTINCT project_id, bucket, agent_name FROM kw_stage_rollups) k
+      ON {_SAME_KEY}
+    GROUP BY 1, 2, 3 HAVING sum(x.runs) = 0
+) e
+WHERE r.project_id = e.project_id AND r.bucket = e.bucket AND r.agent_name = e.agent_name
+"""
+
 # statements.MERGE_ROLLUPS, and then the emptied rows go. A row whose runs (or calls)
 # are 0 counts nothing else: a rollup counts nothing but runs and their contents (its
 # cost may be a float residue of the subtraction, not exactly 0).
@@ -125,9 +147,7 @@ MERGE_ROLLUPS = ";\n".join(
         statements.MERGE_RUN_ROLLUPS,
         statements.MERGE_DURATION_ROLLUPS,
         statements.MERGE_TOOL_ROLLUPS,
-        _drop_emptied(
-            "agent_run_rollups", "kw_stage_rollups", ("project_id", "bucket", "agent_name"), "runs"
-        ),
+        DROP_EMPTIED_RUN_ROLLUPS,
         _drop_emptied(
             "agent_duration_rollups",
             "kw_stage_durations",
@@ -241,6 +261,7 @@ async def _erase_batch(
     project = uuid.UUID(str(project_id))
     async with pool.connection() as conn, statements.transaction(conn), conn.cursor() as cur:
         await cur.execute(SEQUENTIAL_ON_CITUS)
+        await cur.execute(TAKE_TURN, (ERASURE_TURNS, project))
         await cur.execute(TRACES_OF, (project, ids))
         trace_ids = [bytes(trace) for (trace,) in await cur.fetchall()]
         if trace_ids:  # an export of one of them waits, and then sees the runs gone

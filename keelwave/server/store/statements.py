@@ -364,22 +364,39 @@ FROM updated
 """
 
 
-def _merge(table: str, stage: str, keys: tuple[str, ...], counters: tuple[str, ...]) -> str:
-    """Add the staged rows of ``stage`` to the counters of ``table``, in key order (rule 3)."""
+def _merge(
+    table: str,
+    stage: str,
+    keys: tuple[str, ...],
+    counters: tuple[str, ...],
+    shard: str | None = None,
+) -> str:
+    """Add the staged rows of ``stage`` to the counters of ``table``, in key order (rule 3).
+    ``shard``: the expression naming the shard of the key the rows go to, for a table
+    whose key ends with one."""
+    columns = (*keys, "shard") if shard else keys
+    shard_value = f", {shard}" if shard else ""
     return f"""
-INSERT INTO {table} AS r ({_cols(keys)}, {_cols(counters)})
-SELECT {_cols(keys)}, {", ".join(f"sum({c})" for c in counters)}
+INSERT INTO {table} AS r ({_cols(columns)}, {_cols(counters)})
+SELECT {_cols(keys)}{shard_value}, {", ".join(f"sum({c})" for c in counters)}
 FROM {stage}
 GROUP BY {_cols(keys)}
 ORDER BY {_cols(keys)}
-ON CONFLICT ({_cols(keys)}) DO UPDATE SET
+ON CONFLICT ({_cols(columns)}) DO UPDATE SET
 {", ".join(f"{c} = r.{c} + excluded.{c}" for c in counters)}
 """
 
 
+# agent_run_rollups has one row an agent an hour, which every transaction of that
+# agent adds to: in shards (migration 0016), each connection adds to its own, so two
+# transactions wait for each other only when their backends share a shard. Readers
+# sum the shards; a shard alone means nothing (its counters can be negative).
+RUN_ROLLUP_SHARDS = 8
+RUN_ROLLUP_SHARD = f"mod(pg_backend_pid(), {RUN_ROLLUP_SHARDS})"  # no %: statements are %-formatted
 MERGE_RUN_ROLLUPS = _merge(
-    "agent_run_rollups", "kw_stage_rollups", ("project_id", "bucket", "agent_name"), ROLLUP_COUNTERS
-)
+    "agent_run_rollups", "kw_stage_rollups", ("project_id", "bucket", "agent_name"),
+    ROLLUP_COUNTERS, shard=RUN_ROLLUP_SHARD,
+)  # fmt: skip
 # The histograms merge into their daily twins too, in the same statement
 # (daily_rollups.py): every caller keeps them without knowing of them.
 MERGE_DURATION_ROLLUPS = daily_rollups.with_daily(daily_rollups.DURATIONS, _merge(

@@ -192,14 +192,25 @@ WHERE r.project_id = {p}""",
     )
 
 
-def _merge(p: str, table: str, stage: str, keys: tuple[str, ...], counters: tuple[str, ...]) -> str:
-    """Add the project's staged rows of ``stage`` to ``table``, in key order (rule 3)."""
+def _merge(
+    p: str,
+    table: str,
+    stage: str,
+    keys: tuple[str, ...],
+    counters: tuple[str, ...],
+    shard: bool = False,
+) -> str:
+    """Add the project's staged rows of ``stage`` to ``table``, in key order (rule 3).
+    ``shard``: the table's key ends with a shard (agent_run_rollups, migration 0016).
+    This lane adds to shard 0: its statements are literal SQL pushed down to one
+    worker whole, and spreading its rows over shards is not done yet."""
     key_list = ", ".join(keys)
-    return f"""INSERT INTO {table} AS r ({key_list}, {", ".join(counters)})
-SELECT {key_list}, {", ".join(f"sum({c})" for c in counters)}
+    columns = f"{key_list}, shard" if shard else key_list
+    return f"""INSERT INTO {table} AS r ({columns}, {", ".join(counters)})
+SELECT {key_list}{", 0" if shard else ""}, {", ".join(f"sum({c})" for c in counters)}
 FROM {stage} WHERE project_id = {p}
 GROUP BY {key_list} ORDER BY {key_list}
-ON CONFLICT ({key_list}) DO UPDATE SET
+ON CONFLICT ({columns}) DO UPDATE SET
 {", ".join(f"{c} = r.{c} + excluded.{c}" for c in counters)}"""
 
 
@@ -222,7 +233,7 @@ def _tail(p: str, kinds: frozenset[str]) -> tuple[str, ...]:
     tail = [
         _merge(
             p, "agent_run_rollups", "kw_stage_rollups", ("project_id", "bucket", "agent_name"),
-            statements.ROLLUP_COUNTERS,
+            statements.ROLLUP_COUNTERS, shard=True,
         ),
     ]  # fmt: skip
     if "kw_stage_steps" in kinds:

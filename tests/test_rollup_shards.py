@@ -1,0 +1,100 @@
+"""agent_run_rollups in shards (migration 0016): transactions on two connections add
+to one agent's hour without waiting for each other, readers see the sum, and erasure
+leaves no row of an agent whose every run went, whichever shards held its share."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import psycopg
+from conftest import Api, Project, query
+from psycopg_pool import AsyncConnectionPool
+
+from keelwave.server.store import erasure, statements
+
+HOUR = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(hours=3)
+
+
+def connections_in_two_shards(db_url: str) -> tuple[psycopg.Connection, psycopg.Connection]:
+    """Two connections whose backends add to different shards."""
+    opened, by_shard = [], {}
+    while len(by_shard) < 2:
+        conn = psycopg.connect(db_url)
+        opened.append(conn)
+        pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
+        by_shard.setdefault(pid % statements.RUN_ROLLUP_SHARDS, conn)
+    for conn in opened:
+        if conn not in by_shard.values():
+            conn.close()
+    first, second = by_shard.values()
+    return first, second
+
+
+def add_one_run(conn: psycopg.Connection, project_id: str, agent: str) -> None:
+    """Stage one run's start in the run rollups and merge it, as every writer does."""
+    for ddl in statements.staging_ddl(statements.ROLLUP_STAGES, emptied_at_commit=True):
+        conn.execute(ddl)
+    conn.execute(
+        "INSERT INTO kw_stage_rollups (project_id, agent_name, bucket, runs, steps) "
+        "VALUES (%s, %s, %s, 1, 3)",
+        (project_id, agent, HOUR),
+    )
+    conn.execute(statements.MERGE_RUN_ROLLUPS)
+
+
+async def test_two_connections_add_to_one_agents_hour_without_waiting(
+    api: Api, project: Project, db_url: str
+) -> None:
+    first, second = connections_in_two_shards(db_url)
+    with first, second:
+        add_one_run(first, project.id, "busy-agent")  # its transaction stays open
+        # Without shards this waits for the first transaction's commit: the lock
+        # timeout makes that an error instead of a hang.
+        second.execute("SET lock_timeout = '3s'")
+        add_one_run(second, project.id, "busy-agent")
+        second.commit()
+        first.commit()
+    rows = query(
+        db_url,
+        "SELECT shard, runs FROM agent_run_rollups WHERE project_id = %s ORDER BY shard",
+        (project.id,),
+    )
+    assert len(rows) == 2 and sum(runs for _, runs in rows) == 2
+    status, body, _ = await api.get(
+        f"/v1/projects/{project.id}/agent/summary",
+        params={"since": HOUR.isoformat(), "until": (HOUR + timedelta(hours=1)).isoformat()},
+        headers=project.auth("read"),
+    )
+    assert status == 200, body
+    summary = body["data"]["current"]  # the hour is read from the rollups alone
+    assert summary["runs"] == 2 and summary["avg_steps"] == 3
+
+
+async def test_erasure_takes_a_run_out_of_every_shard(project: Project, db_url: str) -> None:
+    # A run whose start went to one shard and whose finish and steps went to others.
+    run_id = uuid.uuid4()
+    with psycopg.connect(db_url) as conn:
+        conn.execute(
+            "INSERT INTO agent_runs (project_id, id, agent_name, started_at, ended_at, "
+            "termination_reason, duration_ms, step_count) "
+            "VALUES (%s, %s, 'gone-agent', %s, %s, 'clean', 1000, 2)",
+            (project.id, run_id, HOUR + timedelta(minutes=5), HOUR + timedelta(minutes=6)),
+        )
+        conn.execute(
+            "INSERT INTO agent_run_rollups (project_id, bucket, agent_name, shard, runs, steps) "
+            "VALUES (%(p)s, %(h)s, 'gone-agent', 1, 1, 0), (%(p)s, %(h)s, 'gone-agent', 3, 0, 2), "
+            "(%(p)s, %(h)s, 'gone-agent', 6, 0, 0)",
+            {"p": project.id, "h": HOUR},
+        )
+        conn.execute(
+            "UPDATE agent_run_rollups SET finished_runs = 1, term_clean = 1, "
+            "duration_ms_sum = 1000 WHERE project_id = %s AND shard = 6",
+            (project.id,),
+        )
+    async with AsyncConnectionPool(db_url, min_size=1, max_size=2, open=False) as pool:
+        erased = await erasure.erase_run(pool, project.id, run_id, children=False)
+    assert erased is not None and erased.runs == 1
+    assert query(
+        db_url, "SELECT count(*) FROM agent_run_rollups WHERE project_id = %s", (project.id,)
+    ) == [(0,)]

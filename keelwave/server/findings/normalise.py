@@ -50,6 +50,8 @@ from urllib.parse import parse_qsl, urlsplit
 
 import msgspec
 
+from keelwave.server.findings.remembered import remembered
+
 MASK_ID = "\u2400id"
 MASK_TIME = "\u2400time"
 _RAW = "\u2400raw:"  # prefix for bytes that are not JSON: never equal to a JSON text
@@ -164,23 +166,12 @@ def dumps(value: Any) -> str:
 
 # The keys below are pure functions of the payload's bytes, and the server judges a
 # run again each time it grows (store/verdicts.py): the same inputs and outputs come
-# back, so each process remembers the latest keys it computed. (bytes only: a
-# memoryview is unhashable, and is converted first.)
-KEY_CACHE_SIZE = 32_768
+# back, so each process remembers the latest keys it computed, within a budget of
+# bytes per function (remembered.py: a count of entries is no bound on memory).
+KEY_CACHE_BYTES = 8 * 1024 * 1024
 
 
-def _remembered(function):
-    cached = lru_cache(maxsize=KEY_CACHE_SIZE)(function)
-
-    def key(raw: bytes | bytearray | memoryview | None):
-        return cached(bytes(raw) if raw is not None and not isinstance(raw, bytes) else raw)
-
-    key.__doc__ = function.__doc__
-    key.cache_clear = cached.cache_clear  # type: ignore[attr-defined]
-    return key
-
-
-@_remembered
+@remembered(KEY_CACHE_BYTES)
 def canonical(raw: bytes | None) -> str | None:
     """Canonical JSON of a payload, None when there is none."""
     if raw is None:
@@ -191,7 +182,7 @@ def canonical(raw: bytes | None) -> str | None:
         return opaque(raw)
 
 
-@_remembered
+@remembered(KEY_CACHE_BYTES)
 def near_key(raw: bytes | None) -> str:
     """The input with formatting removed and volatile values masked (module docstring)."""
     value = parse(raw)
@@ -205,7 +196,7 @@ def near_key(raw: bytes | None) -> str:
         return opaque(raw or b"")
 
 
-@_remembered
+@remembered(KEY_CACHE_BYTES)
 def formatting_key(raw: bytes | None) -> str:
     """The input with formatting removed but nothing masked: says, for a near-duplicate,
     whether only formatting differed."""

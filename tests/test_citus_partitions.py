@@ -353,3 +353,48 @@ def test_retention_drops_whole_days_once_no_project_keeps_forever(tmp_path: Path
                 (key.project_id,),
             ) == [(1, 4)]  # fmt: skip
             assert summary_of(url, key, window) == before[key.project_id]
+
+
+async def test_a_period_set_after_compression_brings_the_days_back_for_retention(
+    citus_url: str, pool: AsyncConnectionPool, tmp_path: Path
+) -> None:
+    """A project that kept forever has an old run in a columnar day; given a period, the
+    retention round converts that day back to heap and deletes the run whole."""
+    key = new_key(citus_url)
+    new_key(citus_url)  # one that keeps forever, so that no day is dropped whole instead
+    project = key.project_id
+    serve = ServeProcess("--database-url", citus_url, env=NO_COMPRESSION, log=tmp_path / "s.log")
+    try:
+        async with aiohttp.ClientSession() as session:
+            api = Client(session, serve.url, key)
+            old = await ingest_run(api, steps=6, calls=2, started=now() - 20 * DAY)
+            recent = await ingest_run(api, steps=4)
+    finally:
+        serve.stop()
+        serve.kill()
+    age(citus_url, project, old, 20 * DAY)
+    [(boundary,)] = stored(citus_url, "SELECT now() - INTERVAL '15 days'")
+    await partitions.compress_before(pool, boundary)
+    with psycopg.connect(citus_url, autocommit=True) as conn:
+        conn.execute("UPDATE projects SET retention_days = 10 WHERE id = %s", (project,))
+    try:
+        summary = None
+        while summary is None:  # the lease may be another round's for a moment
+            summary = await retention.enforce(pool)
+        assert summary["decompressed"].get("agent_steps", 0) >= 1
+    finally:
+        with psycopg.connect(citus_url, autocommit=True) as conn:
+            conn.execute("UPDATE projects SET retention_days = NULL WHERE id = %s", (project,))
+    assert stored(
+        citus_url, "SELECT id::text, step_count FROM agent_runs WHERE project_id = %s", (project,)
+    ) == [(recent, 4)]
+    assert stored(
+        citus_url,
+        "SELECT (SELECT count(*) FROM agent_steps WHERE project_id = %s), "
+        "(SELECT count(*) FROM ai_traces WHERE project_id = %s)",
+        (project, project),
+    ) == [(4, 1)]
+    assert stored(
+        citus_url, "SELECT sum(runs), sum(steps) FROM agent_run_rollups WHERE project_id = %s",
+        (project,),
+    ) == [(1, 4)]  # fmt: skip

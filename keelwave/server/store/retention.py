@@ -274,19 +274,42 @@ async def _enforce(work: _Round) -> None:
         work.summary["drop_seconds"] = round(time.perf_counter() - started, 3)
     for project_id, name, days, cutoff, swept_before in projects:
         tally = {"project": name, "retention_days": days, "cutoff": cutoff}
-        erased = await erasure.erase_where(
-            work.pool, str(project_id), "r.started_at < %(cutoff)s", {"cutoff": cutoff},
-            rollups_before=floor_hour(cutoff), after_batch=work.between_batches,
-        )  # fmt: skip
+        erased, tally["swept"] = await _expire(work, project_id, cutoff, swept_before)
         work.deleted["agent_runs"] += erased.runs
         work.deleted["agent_steps"] += erased.steps
         work.deleted["ai_traces"] += erased.model_calls
         tally.update(erased.as_dict())
-        tally["swept"] = await _sweep(work, project_id, cutoff, swept_before)
         tally["rollup_rows"] = await _delete_rollups(work, project_id, floor_hour(cutoff))
         await work.execute(SWEPT, (project_id, cutoff, erased.runs))
         work.summary["projects"].append(tally)
     await _vacuum(work)
+
+
+async def _expire(
+    work: _Round, project_id: uuid.UUID, cutoff: datetime, swept_before: datetime | None
+) -> tuple[erasure.Erased, int]:
+    """Delete the project's runs that started before ``cutoff`` with their rows, then sweep
+    its rows of no run; (what was erased, how many rows were swept)."""
+
+    async def expire() -> tuple[erasure.Erased, int]:
+        erased = await erasure.erase_where(
+            work.pool, str(project_id), "r.started_at < %(cutoff)s", {"cutoff": cutoff},
+            rollups_before=floor_hour(cutoff), after_batch=work.between_batches,
+        )  # fmt: skip
+        return erased, await _sweep(work, project_id, cutoff, swept_before)
+
+    try:
+        return await expire()
+    except psycopg.errors.InternalError_ as error:
+        if not (work.partitions and citus_partitions.is_compressed_delete(error)):
+            raise
+    # On Citus, a period set (or shortened) after days holding the project's rows were
+    # made columnar, which takes no DELETE: those days go back to heap (the keeper
+    # compresses them again once retention is done there) and the rest goes. (The
+    # batches deleted before the refusal are not counted in the tally.)
+    converted = await citus_partitions.decompress_days_of(work.pool, project_id)
+    work.summary.setdefault("decompressed", {}).update(converted)
+    return await expire()
 
 
 async def _drop_chunks(work: _Round, older_than: datetime) -> None:

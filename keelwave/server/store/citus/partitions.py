@@ -20,7 +20,10 @@ shard of the table at once:
   no DELETE, so a columnar day must hold only rows that are never deleted by
   retention. Late steps are still accepted: they are received today, into a
   heap partition. Erasure by request of a run with rows in a columnar day is
-  refused (:data:`COMPRESSED_ROWS`, docs/scale-out.md says how to allow it).
+  refused (:data:`COMPRESSED_ROWS`, docs/scale-out.md says how to allow it);
+  retention that meets one (a period set after the days were compressed)
+  converts the project's columnar days back to heap first
+  (:func:`decompress_days_of`).
 
 Every DDL statement here runs with a short lock timeout, propagated to the
 workers, and is retried: creating or dropping a partition locks its shard's
@@ -171,6 +174,32 @@ async def compress_before(pool: AsyncConnectionPool, older_than: datetime) -> di
                 (table, older_than),
             )
         converted[table] = heap - (await _days(pool, table, older_than))[2]
+    return converted
+
+
+async def decompress_days_of(pool: AsyncConnectionPool, project_id: object) -> dict[str, int]:
+    """Convert the columnar days holding rows of the project back to heap (retention
+    must delete there after all: a period set after they were compressed); how many."""
+    converted: dict[str, int] = {}
+    for table in TABLES:
+        days = await _rows(
+            pool,
+            "SELECT partition::text, from_value::timestamptz, to_value::timestamptz "
+            "FROM time_partitions WHERE parent_table = %s::regclass AND access_method = 'columnar' "
+            "ORDER BY from_value::timestamptz",
+            (table,),
+        )
+        for partition, start, end in days:
+            [(holds,)] = await _rows(
+                pool,
+                f"SELECT EXISTS (SELECT 1 FROM {table} WHERE project_id = %s "
+                "AND received_at >= %s AND received_at < %s)",
+                (project_id, start, end),
+            )
+            if holds:
+                log.warning("Citus partitions: %s goes back to heap for retention", partition)
+                await _rows(pool, "SELECT alter_table_set_access_method(%s, 'heap')", (partition,))
+                converted[table] = converted.get(table, 0) + 1
     return converted
 
 

@@ -85,15 +85,16 @@ test("the redact option: off, or refused when it is not one", () => {
 
 test("what a run sends is redacted; its fingerprints are of what it sends", () => {
   const events = [];
-  const run = new Run((event) => events.push(event), "agent", null, { input: { token: "t0" }, metadata: { api_key: "k" }, tags: ["user:" + "sk-" + "z".repeat(24)] });
-  run.toolCall("search", { input: { q: "a", auth: { token: "one" } }, output: { cookie: "c" }, error: new Error("Bearer abcdef123456 refused") });
-  run.toolCall("search", { input: { q: "a", auth: { token: "two" } } });
+  const run = new Run((event) => events.push(event), "agent", null, { input: { token: "tok0qx9z" }, metadata: { api_key: "k" }, tags: ["user:" + "sk-" + "z".repeat(24)] });
+  // Secrets no path or stack trace could hold by chance (the error's stack names files).
+  run.toolCall("search", { input: { q: "a", auth: { token: "tok1qx9z" } }, output: { cookie: "c" }, error: new Error("Bearer abcdef123456 refused") });
+  run.toolCall("search", { input: { q: "a", auth: { token: "tok2qx9z" } } });
   assert.equal(run.loopDetected, true); // only the secret differs: the same call
   run.think("my password=hunter2");
   run.llmCall("openai", "gpt-4o", { error: "Incorrect API key provided: sk-" + "y".repeat(30) });
   run.finish("clean", { output: { secret: "s" }, error: "AKIAIOSFODNN7EXAMPLE" });
   const sent = events.map((event) => event.body).join("\n");
-  for (const secret of ["t0", '"k"', "zzzz", "one", "abcdef123456", "hunter2", "yyyy", '"s"', "AKIAIOSFODNN7EXAMPLE", '"c"']) assert.ok(!sent.includes(secret), secret);
+  for (const secret of ["tok0qx9z", '"k"', "zzzz", "tok1qx9z", "tok2qx9z", "abcdef123456", "hunter2", "yyyy", '"s"', "AKIAIOSFODNN7EXAMPLE", '"c"']) assert.ok(!sent.includes(secret), secret);
   const step = JSON.parse(events.find((event) => event.kind === "step").body);
   assert.deepEqual(step.tool_input, { auth: REDACTED, q: "a" });
   const unredacted = new Run(() => {}, "agent", null, {}, undefined, null);

@@ -398,3 +398,12 @@ async def test_a_period_set_after_compression_brings_the_days_back_for_retention
         citus_url, "SELECT sum(runs), sum(steps) FROM agent_run_rollups WHERE project_id = %s",
         (project,),
     ) == [(1, 4)]  # fmt: skip
+
+
+async def test_the_keepers_round(pool: AsyncConnectionPool) -> None:
+    """What `serve` runs hourly: days ahead made, closed days compressed, each once."""
+    keeper = partitions.PartitionKeeper(pool, compress_after=7 * DAY)
+    first = await keeper.run_once()
+    assert set(first) == {"created", "compressed"}
+    again = await keeper.run_once()
+    assert again == {"created": 0, "compressed": {}}

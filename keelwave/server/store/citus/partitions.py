@@ -61,6 +61,7 @@ COMPRESS_AFTER = timedelta(days=7)
 # before a cutoff less this holds rows of runs that started before the cutoff only.
 CLOCK_SLACK = timedelta(days=1)
 LOCK_TIMEOUT_MS = 200
+COMPRESSION_LOCK = (0x6B77, -2)  # (namespace, key) of pg_try_advisory_lock; timescale.py's is -1
 ATTEMPTS = 20
 
 # What PostgreSQL says when a DELETE reaches a row stored in a columnar partition.
@@ -252,9 +253,21 @@ class PartitionKeeper(Periodic):
                 return {}
         done: dict[str, Any] = {"created": await create_ahead(self._pool)}
         if self._compress_after is not None:
-            boundary = await compression_boundary(self._pool, self._compress_after)
-            if boundary is not None:
-                done["compressed"] = await compress_before(self._pool, boundary)
+            done["compressed"] = await self._compress()
         if done["created"] or done.get("compressed"):
             log.info("Citus partitions: %s", done)
         return done
+
+    async def _compress(self) -> dict[str, int]:
+        """Compress what may be, one server of those connected to this node at a time (an
+        advisory lock is the node's own: two servers on two nodes may both try, and the
+        second's conversion of a day fails and waits for the next round)."""
+        async with self._pool.connection() as conn:
+            cursor = await conn.execute("SELECT pg_try_advisory_lock(%s, %s)", COMPRESSION_LOCK)
+            if not (await cursor.fetchone())[0]:
+                return {}
+            try:
+                boundary = await compression_boundary(self._pool, self._compress_after)
+                return {} if boundary is None else await compress_before(self._pool, boundary)
+            finally:
+                await conn.execute("SELECT pg_advisory_unlock(%s, %s)", COMPRESSION_LOCK)

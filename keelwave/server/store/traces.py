@@ -74,6 +74,7 @@ class RunRow:
     cost_usd: float
     steps: list[tuple] = field(default_factory=list)  # statements.STEP_COLUMNS rows
     calls: list[tuple] = field(default_factory=list)  # statements.TRACE_COLUMNS rows
+    step_digests: list[bytes] | None = None  # digest(*row) of each step, if known already
 
     def row_digest(self) -> bytes:
         return digest(
@@ -223,7 +224,11 @@ def _compare(
     """Add to ``plan`` what differs between a trace's projected runs and what was written."""
     for run in runs:
         before = previous.get(run.id)
-        step_digests = [digest(*step) for step in run.steps]
+        step_digests = (
+            run.step_digests
+            if run.step_digests is not None
+            else [digest(*step) for step in run.steps]
+        )
         call_digests = [digest(*call) for call in run.calls]
         row_digest = run.row_digest()
         if before is not None and (

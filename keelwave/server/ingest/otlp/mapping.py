@@ -293,7 +293,8 @@ def _millis(span: Span) -> float | None:
 def _step(span: Span, role: str, index: int, memo: Memo | None = None) -> MappedStep:
     known = memo.get(span.span_id) if memo is not None else None
     if isinstance(known, MappedStep):
-        return dataclasses.replace(known, step_index=index)
+        # Steps are never changed once made: the same one serves while its place holds.
+        return known if known.step_index == index else dataclasses.replace(known, step_index=index)
     step = _new_step(span, role, index)
     if memo is not None:
         memo[span.span_id] = step

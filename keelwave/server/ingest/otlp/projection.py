@@ -25,7 +25,7 @@ from keelwave.sdk import canonical_json
 from keelwave.server.ingest.otlp import mapping, stored
 from keelwave.server.ingest.otlp.decode import Span
 from keelwave.server.ingest.pricing import PriceTable
-from keelwave.server.store.traces import RunRow
+from keelwave.server.store.traces import RunRow, digest
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -40,6 +40,11 @@ MEMO_TRACES = 512  # traces in flight at once; a trace holds a few KB a step
 class _TraceMemo:
     spans: dict[bytes, Span] = field(default_factory=dict)
     mapped: mapping.Memo = field(default_factory=dict)
+    # By span id: the step it mapped to, its run, its row and the row's digest, so a
+    # step whose place and run hold is neither rebuilt nor digested again.
+    rows: dict[bytes, tuple[mapping.MappedStep, uuid.UUID, tuple, bytes]] = field(
+        default_factory=dict
+    )
 
 
 _memos: OrderedDict[tuple[uuid.UUID, bytes], _TraceMemo] = OrderedDict()
@@ -101,7 +106,7 @@ class TraceProjection:
             else:
                 decoded.append(held.setdefault(span_id, stored.decode(blob)))
         runs = mapping.map_trace(decoded, memo.mapped)
-        return [_row(self._project_id, trace_id, run, self._prices) for run in runs]
+        return [_row(self._project_id, trace_id, run, self._prices, memo.rows) for run in runs]
 
 
 def projection(
@@ -141,26 +146,38 @@ def _tokens(value: int) -> int:
 
 
 def _row(
-    project_id: uuid.UUID, trace_id: bytes, run: mapping.MappedRun, prices: PriceTable
+    project_id: uuid.UUID,
+    trace_id: bytes,
+    run: mapping.MappedRun,
+    prices: PriceTable,
+    rows: dict[bytes, tuple[mapping.MappedStep, uuid.UUID, tuple, bytes]] | None = None,
 ) -> RunRow:
-    steps = [
-        (
-            project_id,
-            run.run_id,
-            step.step_index,
-            "tool_call",
-            name(step.tool_name),
-            step.tool_input,
-            step.tool_output,
-            None,
-            step.fingerprint,
-            when(step.started_ns),
-            step.duration_ms,
-            text(step.error),
-            traceback(step.error_traceback),
-        )  # fmt: skip
-        for step in run.steps
-    ]
+    rows = {} if rows is None else rows
+    steps, digests = [], []
+    for step in run.steps:
+        known = rows.get(step.span_id)
+        if known is not None and known[0] is step and known[1] == run.run_id:
+            row, row_digest = known[2], known[3]
+        else:
+            row = (
+                project_id,
+                run.run_id,
+                step.step_index,
+                "tool_call",
+                name(step.tool_name),
+                step.tool_input,
+                step.tool_output,
+                None,
+                step.fingerprint,
+                when(step.started_ns),
+                step.duration_ms,
+                text(step.error),
+                traceback(step.error_traceback),
+            )  # fmt: skip
+            row_digest = digest(*row)
+            rows[step.span_id] = (step, run.run_id, row, row_digest)
+        steps.append(row)
+        digests.append(row_digest)
     calls = []
     for call in run.calls:
         input_tokens, output_tokens = _tokens(call.input_tokens), _tokens(call.output_tokens)
@@ -207,4 +224,5 @@ def _row(
         cost_usd=sum(call[10] or 0.0 for call in calls),
         steps=steps,
         calls=calls,
+        step_digests=digests,
     )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 
+import aiohttp
 from conftest import Api, Project, query
 from psycopg_pool import AsyncConnectionPool
 
@@ -230,3 +231,36 @@ async def test_calls_that_differ_only_in_a_secret_are_no_loop_as_loops_says(
     await steps(api, project, again, [calls[0], calls[0]])
     data = await judged(api, project, db_url, again, 2)
     assert data["detected_loop"] is True and data["findings"] == ["exact_loop"]
+
+
+async def test_the_keeper_never_waits_for_a_run_a_writer_holds(
+    db_url: str, project: Project, aiohttp_server
+) -> None:
+    """A round that waited for one locked run while holding the others would queue every
+    writer of those behind it: it judges the others and leaves that run for later."""
+    import psycopg
+    from conftest import make_settings
+
+    from keelwave.server.app import create_app
+    from keelwave.server.store import statements
+
+    server = await aiohttp_server(create_app(make_settings(server_verdicts=False), db_url))
+    async with aiohttp.ClientSession() as session:
+        own = Api(str(server.make_url("")).rstrip("/"), session)
+        held, free = await start(own, project), await start(own, project)
+        for run_id in (held, free):
+            await steps(own, project, run_id, [("search", SEARCH, None)] * 2)
+            await finish(own, project, run_id)
+        writer = psycopg.connect(db_url)  # a writer in the middle of a transaction on `held`
+        try:
+            writer.execute(*statements.lock_statement({uuid.UUID(held).int}))
+            async with AsyncConnectionPool(db_url, kwargs={"autocommit": True}, open=False) as pool:
+                done = await asyncio.wait_for(verdicts.judge(pool), timeout=60)
+                assert {str(run) for _, run in done} == {free}
+                writer.rollback()  # the writer commits: the run is judged next round
+                done = await asyncio.wait_for(verdicts.judge(pool), timeout=60)
+                assert {str(run) for _, run in done} == {held}
+        finally:
+            writer.close()
+        for run_id in (held, free):
+            assert (await run(own, project, run_id))["detected_loop"] is True

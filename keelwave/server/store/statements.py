@@ -164,6 +164,29 @@ def lock_statement(run_ids: set[int]) -> tuple[str, tuple]:
     return LOCK_RUNS_SQL, (RUN_LOCKS, keys, GROUP_LOCKS, groups)
 
 
+async def try_lock_runs(cur: psycopg.AsyncCursor, run_ids: list[int]) -> set[int]:
+    """Take rule 1's locks (group shared, run exclusive) of those of these runs (UUID.int)
+    that no one holds now, without waiting; return the runs locked. For work that can
+    wait for the next round (the verdict keeper): a transaction that waits for some
+    runs while it holds others makes the writers behind it wait too."""
+    await cur.execute(
+        TRY_LOCK_RUNS_SQL,
+        (
+            [run_id % LOCK_GROUPS for run_id in run_ids],
+            [(run_id & 0xFFFFFFFF) - 0x80000000 for run_id in run_ids],
+            [str(run_id) for run_id in run_ids],
+            GROUP_LOCKS, RUN_LOCKS,
+        ),
+    )  # fmt: skip
+    return {int(run_id) for (run_id,) in await cur.fetchall()}
+
+
+# Try-locks never wait, so their order does not matter; a row counts only when both
+# of its locks were taken.
+TRY_LOCK_RUNS_SQL = """
+SELECT t.run_id FROM unnest(%s::int[], %s::int[], %s::text[]) AS t (grp, key, run_id)
+WHERE pg_try_advisory_xact_lock_shared(%s, t.grp) AND pg_try_advisory_xact_lock(%s, t.key)
+"""
 # unnest returns the keys in array order, so they are locked in that order.
 LOCK_GROUPS_SQL = "SELECT pg_advisory_xact_lock(%s, key) FROM unnest(%s::int[]) AS key"
 # Both levels in one round trip: the uncorrelated subquery is a one-time filter,

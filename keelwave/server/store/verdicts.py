@@ -17,7 +17,10 @@ several batches in a row is judged once for them) and every half second anyway
    ``findings``, ``verdict_steps``) if the run still has the steps it was judged
    on, and moves it between the rollups' verdict counters (its old share out,
    its new share in, in one statement). A run that got steps meanwhile stays
-   due and is judged again next round.
+   due and is judged again next round. The locks are tried, never waited for:
+   a run a writer holds right now stays due for the next round, because a round
+   that waited for one run while holding others would queue every writer of
+   those behind it.
 
 Only the first worker of a ``serve`` judges (cli/workers.py): one keeper per
 server, never several doing the same work. Servers sharing a database may judge
@@ -179,7 +182,23 @@ async def judge(
     judged = await asyncio.to_thread(_judge_all, {key: steps.get(key, []) for key in counts})
     if not judged:
         return {}
-    columns: dict[str, list[Any]] = {
+    columns = _columns(judged, counts)
+    async with pool.connection() as conn, statements.transaction(conn), conn.cursor() as cur:
+        # Runs a writer holds now are left due, for the next round: waiting for them
+        # while holding the others would queue every writer behind this round.
+        locked = await statements.try_lock_runs(cur, [run_id.int for _, run_id in judged])
+        if len(locked) < len(judged):
+            judged = {key: value for key, value in judged.items() if key[1].int in locked}
+            if not judged:
+                return {}
+            columns = _columns(judged, counts)
+        await cur.execute(SAVE, columns)
+        await cur.execute(statements.MERGE_ROLLUPS)
+    return {key: seconds for key, (_, seconds) in judged.items()}
+
+
+def _columns(judged: dict[Key, tuple[Verdict, float]], counts: dict[Key, int]) -> dict[str, Any]:
+    return {
         "projects": [p for p, _ in judged],
         "ids": [r for _, r in judged],
         "detected": [v[0] for v, _ in judged.values()],
@@ -188,11 +207,6 @@ async def judge(
         "kinds": ["{" + ",".join(v[2]) + "}" for v, _ in judged.values()],
         "steps": [counts[key] for key in judged],  # what the verdict was computed from
     }
-    async with pool.connection() as conn, statements.transaction(conn), conn.cursor() as cur:
-        await statements.lock_runs(cur, {run_id.int for _, run_id in judged})
-        await cur.execute(SAVE, columns)
-        await cur.execute(statements.MERGE_ROLLUPS)
-    return {key: seconds for key, (_, seconds) in judged.items()}
 
 
 def _judge_all(steps: dict[Key, list[StepView]]) -> dict[Key, tuple[Verdict, float]]:

@@ -8,11 +8,14 @@ and each test its own project and keys, so tests never see each other's data.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
+import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import aiohttp
 import psycopg
@@ -50,6 +53,24 @@ ADMIN_URL = os.environ.get(
 # (citus_cluster.py): each database is then made on every node and migrated, as
 # Citus cannot copy a distributed database from a template.
 ON_CITUS = os.environ.get("KEELWAVE_TEST_CITUS_URL") == ADMIN_URL
+
+
+# Tests run three files at a time (pyproject.toml). A Citus test file that stops and
+# starts the cluster's nodes (DISTURBS_THE_CLUSTER = True) must run alone: while a
+# Citus cluster is given, every file takes a turn on a file lock, shared, and those
+# files take it exclusively. Files finish, so no one waits for ever.
+CITUS_TURNS = Path(tempfile.gettempdir()) / "keelwave-tests-citus.lock"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _citus_cluster_turn(request: pytest.FixtureRequest) -> Iterator[None]:
+    if not os.environ.get("KEELWAVE_TEST_CITUS_URL"):
+        yield
+        return
+    exclusive = getattr(request.module, "DISTURBS_THE_CLUSTER", False)
+    with CITUS_TURNS.open("a") as turn:
+        fcntl.flock(turn, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        yield
 
 
 def database_url(name: str) -> str:

@@ -27,6 +27,8 @@ from keelwave.db import migrate
 
 pytestmark = requires_citus
 
+# It stops a worker and adds one: no other test may use the cluster meanwhile (conftest.py).
+DISTURBS_THE_CLUSTER = True
 SPARE_NODE = os.environ.get("KEELWAVE_TEST_CITUS_SPARE_NODE")
 
 

@@ -111,6 +111,22 @@ async def load(server: str, keys: list[str], clients: int, batch: int, seconds: 
     return acknowledged
 
 
+def served_rate(
+    url: str, keys: list[str], args: argparse.Namespace, env: dict[str, str] | None = None
+) -> float:
+    """Steps/s acknowledged by a `keelwave serve` on the database at ``url``, after a
+    2 s warm-up."""
+    serve = ServeProcess("--database-url", url, env=env or {})
+    try:
+        asyncio.run(load(serve.url, keys, args.clients, args.batch, 2))  # warm up
+        started = time.monotonic()
+        steps = asyncio.run(load(serve.url, keys, args.clients, args.batch, args.seconds))
+        return steps / (time.monotonic() - started)
+    finally:
+        serve.stop()
+        serve.kill()
+
+
 def measure(url: str, citus: bool, args: argparse.Namespace) -> float:
     name = f"kw_bench_{'citus' if citus else 'plain'}_{uuid.uuid4().hex[:8]}"
     scratch = create(url, name, citus)
@@ -119,15 +135,7 @@ def measure(url: str, citus: bool, args: argparse.Namespace) -> float:
             keys = [
                 key_store.create_key(conn, f"bench-{n}", "ingest").key for n in range(args.projects)
             ]
-        serve = ServeProcess("--database-url", scratch)
-        try:
-            asyncio.run(load(serve.url, keys, args.clients, args.batch, 2))  # warm up
-            started = time.monotonic()
-            steps = asyncio.run(load(serve.url, keys, args.clients, args.batch, args.seconds))
-            return steps / (time.monotonic() - started)
-        finally:
-            serve.stop()
-            serve.kill()
+        return served_rate(scratch, keys, args)
     finally:
         drop(url, name, citus)
 

@@ -35,8 +35,7 @@ from psycopg_pool import AsyncConnectionPool
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from citus_ingest import CITUS, create, drop, load  # noqa: E402
-from serve_process import ServeProcess  # noqa: E402
+from citus_ingest import CITUS, create, drop, served_rate  # noqa: E402
 
 from keelwave.db import keys as key_store  # noqa: E402
 from keelwave.db import migrate  # noqa: E402
@@ -49,15 +48,7 @@ DAY = timedelta(days=1)
 
 def ingest(url: str, keys: list[str], args: argparse.Namespace) -> float:
     """Steps/s acknowledged by a server on ``url`` (compression left to this script)."""
-    serve = ServeProcess("--database-url", url, env={"KEELWAVE_CITUS_COMPRESS_AFTER_DAYS": "0"})
-    try:
-        asyncio.run(load(serve.url, keys, args.clients, args.batch, 2))  # warm up
-        started = time.monotonic()
-        steps = asyncio.run(load(serve.url, keys, args.clients, args.batch, args.seconds))
-        return steps / (time.monotonic() - started)
-    finally:
-        serve.stop()
-        serve.kill()
+    return served_rate(url, keys, args, env={"KEELWAVE_CITUS_COMPRESS_AFTER_DAYS": "0"})
 
 
 def scratch(revision: str, args: argparse.Namespace) -> tuple[str, str, list[str], list[str]]:

@@ -75,7 +75,6 @@ class ServerRedaction:
     def __init__(self, patterns: tuple[str, ...] = ()) -> None:
         self.patterns = patterns
         self._rules = Redaction(patterns=patterns)
-        self._attribute_verdicts: dict[str, bool] = {}
 
     def json_payload(self, raw: msgspec.Raw | bytes | None) -> msgspec.Raw | bytes | None:
         """A JSON payload as it may be stored: ``raw`` itself, or its redacted text."""
@@ -129,14 +128,8 @@ class ServerRedaction:
 
     def _secret_attribute(self, key: str) -> bool:
         """Whether an attribute's value is hidden for its name (``db.password``): by
-        its last dotted part, remembered per name (a framework uses a few dozen)."""
-        verdict = self._attribute_verdicts.get(key)
-        if verdict is None:
-            verdict = self._rules.secret_key(key.rsplit(".", 1)[-1])
-            if len(self._attribute_verdicts) >= 4096:  # endless distinct names
-                self._attribute_verdicts.clear()
-            self._attribute_verdicts[key] = verdict
-        return verdict
+        its last dotted part (the rules remember their verdict per name)."""
+        return self._rules.secret_key(key.rsplit(".", 1)[-1])
 
     def _value(self, key: str, value: Any) -> Any:
         rules = self._rules

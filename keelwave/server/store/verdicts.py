@@ -182,17 +182,14 @@ async def judge(
     judged = await asyncio.to_thread(_judge_all, {key: steps.get(key, []) for key in counts})
     if not judged:
         return {}
-    columns = _columns(judged, counts)
     async with pool.connection() as conn, statements.transaction(conn), conn.cursor() as cur:
         # Runs a writer holds now are left due, for the next round: waiting for them
         # while holding the others would queue every writer behind this round.
         locked = await statements.try_lock_runs(cur, [run_id.int for _, run_id in judged])
-        if len(locked) < len(judged):
-            judged = {key: value for key, value in judged.items() if key[1].int in locked}
-            if not judged:
-                return {}
-            columns = _columns(judged, counts)
-        await cur.execute(SAVE, columns)
+        judged = {key: value for key, value in judged.items() if key[1].int in locked}
+        if not judged:
+            return {}
+        await cur.execute(SAVE, _columns(judged, counts))
         await cur.execute(statements.MERGE_ROLLUPS)
     return {key: seconds for key, (_, seconds) in judged.items()}
 

@@ -87,14 +87,16 @@ class TraceProjection:
         for trace_id, span_id in spans:
             span = fresh.get((trace_id, span_id))
             if span is not None:
-                memo = self._held.get(trace_id) or _memo(self._project_id, trace_id)
-                self._held[trace_id] = memo
-                memo.spans[span_id] = span  # stored just now: this is the span
+                self._hold(trace_id).spans[span_id] = span  # stored just now: this is it
 
     def known(self, trace_id: bytes) -> list[bytes]:
-        memo = self._held.get(trace_id) or _memo(self._project_id, trace_id)
-        self._held[trace_id] = memo
-        return list(memo.spans)
+        return list(self._hold(trace_id).spans)
+
+    def _hold(self, trace_id: bytes) -> _TraceMemo:
+        memo = self._held.get(trace_id)
+        if memo is None:
+            memo = self._held[trace_id] = _memo(self._project_id, trace_id)
+        return memo
 
     def project(self, trace_id: bytes, spans: list[tuple[bytes, bytes | None]]) -> list[RunRow]:
         memo = self._held.pop(trace_id, None) or _memo(self._project_id, trace_id)

@@ -5,13 +5,14 @@
 On scratch databases of the cluster KEELWAVE_BENCH_CITUS_URL names (default the
 coordinator at 127.0.0.1:5440; bench/citus_ingest.py makes and drops them):
 
-1. ingest through `keelwave serve` (bench/citus_ingest.py's load) on the schema
-   before 0015 (one table per shard) and after it (a partition per day), both
-   empty;
+1. ingest through `keelwave serve` (bench/citus_ingest.py's load) on the
+   partitioned schema, empty (today and the days ahead);
 2. ``--days`` days of history (``--rows-per-day`` steps each, received on those
-   days) added to the partitioned one, the oldest half converted to columnar:
-   the conversion's time and the days' size before and after; ingest again
-   (every staged step's duplicate check probes every day, columnar ones too);
+   days, with their keys, migration 0017) added to the partitioned one, the
+   oldest half converted to columnar: the conversion's time and the days' size
+   before and after; ingest again. Each time, the writer's duplicate check of
+   100 staged steps, on the worker, against the key table (what the writer
+   does) and, for comparison, against the days (what it did before 0017);
 3. a retention round's worth: deleting one day's steps by rows (what the
    batched deletes do, in one statement here) against dropping the days
    wholly before a cutoff (``drop_old_time_partitions``).
@@ -95,6 +96,12 @@ def fill_history(url: str, projects: list[str], days: int, rows: int) -> float:
                         "n": rows // len(projects),
                     },
                 )
+        # Their keys, as the writer would have added them (store/citus/keys.py).
+        conn.execute(
+            "INSERT INTO kw_step_keys (project_id, run_id, step_index, received_at) "
+            "SELECT project_id, run_id, step_index, received_at FROM agent_steps "
+            "ON CONFLICT DO NOTHING"
+        )
     return time.monotonic() - started
 
 
@@ -128,9 +135,17 @@ async def _drop(url: str, before: int) -> dict:
         return await partitions.drop_before(pool, boundary)
 
 
-def duplicate_check_ms(url: str) -> tuple[float, float]:
+# The duplicate check before migration 0017: staged steps against every day's index.
+AGAINST_THE_DAYS = (
+    "DELETE FROM kw_stage_steps s USING agent_steps t WHERE s.project_id = {p} "
+    "AND t.project_id = s.project_id AND t.run_id = s.run_id AND t.step_index = s.step_index"
+)
+
+
+def duplicate_check_ms(url: str, days: bool = False) -> tuple[float, float]:
     """(planning, execution) ms on the worker of the writer's duplicate check of 100
-    staged steps against the stored ones: the median of 5, each rolled back."""
+    staged steps against the stored ones (the key table, or with ``days`` every day of
+    agent_steps): the median of 5, each rolled back."""
     plans, runs = [], []
     with psycopg.connect(url) as conn:
         for _ in range(5):
@@ -142,7 +157,11 @@ def duplicate_check_ms(url: str) -> tuple[float, float]:
                 "FROM generate_series(1, 100) g",
                 (project, uuid.uuid4()),
             )
-            sql = citus_statements._step_statements(quote(project))[0]
+            sql = (
+                AGAINST_THE_DAYS.format(p=quote(project))
+                if days
+                else citus_statements._step_statements(quote(project))[0]
+            )
             plan = [row[0] for row in conn.execute("EXPLAIN (ANALYZE) " + sql).fetchall()]
             # The worker's own figures are the indented ones, inside the task.
             plans += [
@@ -173,14 +192,11 @@ def main() -> None:
 
     def report(label: str, url: str, keys: list[str]) -> None:
         plan, run = duplicate_check_ms(url)
+        checks = f"{plan:.1f} + {run:.1f} ms"
+        plan, run = duplicate_check_ms(url, days=True)
+        checks += f" (against the days, as before 0017: {plan:.1f} + {run:.1f} ms)"
         print(f"{label:44} {ingest(url, keys, args):8,.0f} steps/s; duplicate check of 100 "
-              f"steps: {plan:.1f} ms planning, {run:.1f} ms execution on the worker")  # fmt: skip
-
-    name, url, keys, _ = scratch("0014", args)
-    try:
-        report("before 0015 (one table per shard), empty:", url, keys)
-    finally:
-        drop(CITUS, name, True)
+              f"steps, planning + execution on the worker: {checks}")  # fmt: skip
 
     name, url, keys, projects = scratch("head", args)
     try:

@@ -123,3 +123,31 @@ def is_citus(url: str) -> bool:
     with psycopg.connect(url, autocommit=True) as conn:
         row = conn.execute("SELECT current_setting('shared_preload_libraries', true)").fetchone()
     return "citus" in (row[0] or "")
+
+
+# The key tables (migration 0017) hold exactly the stored rows' keys: the rows each
+# key table lacks or has too many of, and the model calls whose totals differ.
+_KEYS_MISMATCH = """
+SELECT
+  (SELECT count(*) FROM (SELECT project_id, run_id, step_index FROM agent_steps
+                         EXCEPT ALL SELECT project_id, run_id, step_index FROM kw_step_keys) x),
+  (SELECT count(*) FROM (SELECT project_id, run_id, step_index FROM kw_step_keys
+                         EXCEPT ALL SELECT project_id, run_id, step_index FROM agent_steps) x),
+  (SELECT count(*) FROM (
+      SELECT project_id, coalesce(run_id, '00000000-0000-0000-0000-000000000000'::uuid), id,
+             input_tokens, output_tokens, cost_usd FROM ai_traces
+      EXCEPT ALL SELECT project_id, run_key, id, input_tokens, output_tokens, cost_usd
+      FROM kw_call_keys) x),
+  (SELECT count(*) FROM (
+      SELECT project_id, run_key, id, input_tokens, output_tokens, cost_usd FROM kw_call_keys
+      EXCEPT ALL SELECT project_id,
+             coalesce(run_id, '00000000-0000-0000-0000-000000000000'::uuid), id,
+             input_tokens, output_tokens, cost_usd FROM ai_traces) x)
+"""
+
+
+def keys_mismatch(url: str) -> tuple[int, int, int, int]:
+    """(steps without a key, step keys without a step, calls without their key, call keys
+    without their call): all zero when the key tables mirror the rows."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        return conn.execute(_KEYS_MISMATCH).fetchone()

@@ -13,9 +13,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import aiohttp
+import otlp_exports
 import psycopg
 import pytest
-from citus_cluster import citus_database, requires_citus, url_of, worker_url, workers
+from citus_cluster import (
+    citus_database,
+    keys_mismatch,
+    requires_citus,
+    url_of,
+    worker_url,
+    workers,
+)
 from serve_process import ServeProcess
 
 from keelwave.db import keys as key_store
@@ -251,6 +259,68 @@ async def test_writers_through_the_coordinator_and_a_worker_store_each_step_once
         citus_url, "SELECT step_count FROM agent_runs WHERE project_id = %s AND id = %s",
         (project, run),
     ) == [(200,)]  # fmt: skip
+
+
+async def test_every_path_keeps_the_key_tables_exact(
+    serve: ServeProcess, key: key_store.CreatedKey, citus_url: str
+) -> None:
+    """The duplicate checks read kw_step_keys and kw_call_keys (migration 0017), so those
+    must hold exactly the stored rows' keys after every path that adds or deletes rows:
+    steps and model calls ahead of their run, replays, calls without a run, OTLP
+    traces split, repeated and reordered (re-projected export by export), a deletion."""
+    project = key.project_id
+    async with aiohttp.ClientSession() as session:
+        api = Client(session, serve.url, key)
+        early = str(uuid.uuid4())
+        calls = [
+            {"id": str(uuid.uuid4()), "run_id": early, "provider": "openai", "model": "gpt-4o",
+             "input_tokens": 100 + n, "output_tokens": 7, "cost_usd": 0.001 * n}
+            for n in range(3)
+        ]  # fmt: skip
+        lone = [{"id": str(uuid.uuid4()), "provider": "openai", "model": "gpt-4o"}]
+        for _ in range(2):  # everything twice: the second time is a replay
+            steps = await api.post("/v1/ingest/agent/steps", steps_of(early, range(1, 31)))
+            assert steps[0] == 200
+            assert (await api.post("/v1/ingest/ai", calls + lone))[0] == 200
+        status, _ = await api.post("/v1/ingest/agent/runs", {"id": early, "agent_name": "a"})
+        assert status == 201
+        gone = await ingest_one(api, 12)
+        for name in otlp_exports.ALL[:3]:
+            for export in otlp_exports.split(otlp_exports.document(name), seed=7):
+                async with session.post(
+                    f"{serve.url}/v1/traces", json=export,
+                    headers={"Authorization": f"Bearer {key.key}"},
+                ) as response:  # fmt: skip
+                    assert response.status == 200, await response.text()
+        async with session.delete(
+            f"{serve.url}/v1/projects/{project}/agent/runs/{gone}",
+            headers={"Authorization": f"Bearer {key.key}"},
+        ) as response:
+            assert response.status == 200, await response.text()
+    # The run that came after its rows counts them, from the keys.
+    assert stored(
+        citus_url,
+        "SELECT step_count, llm_calls, input_tokens, output_tokens FROM agent_runs "
+        "WHERE project_id = %s AND id = %s",
+        (project, early),
+    ) == [(30, 3, 303, 21)]
+    # The OTLP traces became runs beside the two native ones.
+    assert stored(
+        citus_url, "SELECT count(*) > 2 FROM agent_runs WHERE project_id = %s", (project,)
+    ) == [(True,)]
+    assert keys_mismatch(citus_url) == (0, 0, 0, 0)
+    assert stored(
+        citus_url, "SELECT count(*) FROM kw_step_keys WHERE project_id = %s AND run_id = %s",
+        (project, gone),
+    ) == [(0,)]  # fmt: skip
+
+
+async def ingest_one(api: Client, steps: int) -> str:
+    status, body = await api.post("/v1/ingest/agent/runs", {"agent_name": "b"})
+    assert status == 201, body
+    run = body["data"]["id"]
+    assert (await api.post("/v1/ingest/agent/steps", steps_of(run, range(1, steps + 1))))[0] == 200
+    return run
 
 
 def test_a_one_project_batch_is_planned_as_single_shard_tasks(citus_url: str) -> None:

@@ -19,7 +19,7 @@ from urllib.parse import quote
 import aiohttp
 import psycopg
 import pytest
-from citus_cluster import citus_database, requires_citus
+from citus_cluster import citus_database, keys_mismatch, requires_citus, worker_url, workers
 from psycopg_pool import AsyncConnectionPool
 from serve_process import ServeProcess
 from test_citus import Client, steps_of, stored
@@ -78,6 +78,12 @@ def age(url: str, project: str, run: str, by: timedelta) -> None:
             )
             conn.execute(
                 f"UPDATE {table} SET received_at = %s WHERE project_id = %s AND run_id = %s",
+                (now() - by, project, run),
+            )
+        # Their keys (migration 0017) keep when the rows were received, as the rows do.
+        for table, column in (("kw_step_keys", "run_id"), ("kw_call_keys", "run_key")):
+            conn.execute(
+                f"UPDATE {table} SET received_at = %s WHERE project_id = %s AND {column} = %s",
                 (now() - by, project, run),
             )
 
@@ -144,7 +150,7 @@ async def test_the_keeper_makes_the_days_ahead(citus_url: str, pool: AsyncConnec
     assert await partitions.create_ahead(pool, partitions.AHEAD + 3 * DAY) == 0  # no-op again
 
 
-async def test_a_columnar_day_still_dedups_takes_late_steps_and_refuses_erasure(
+async def test_a_columnar_day_still_dedups_takes_late_steps_and_erases(
     citus_url: str, pool: AsyncConnectionPool, tmp_path: Path
 ) -> None:
     key = new_key(citus_url)
@@ -200,24 +206,35 @@ async def test_a_columnar_day_still_dedups_takes_late_steps_and_refuses_erasure(
                 f"{serve.url}{path}/{recent}", headers={"Authorization": f"Bearer {key.key}"}
             ) as response:
                 assert response.status == 200, await response.text()
-            # … and one with rows in a columnar day is refused, saying why, and kept whole.
+            # … and one with rows in a columnar day too: the days holding them go back to
+            # heap (the keeper compresses them again later), and the run goes whole.
             async with session.delete(
                 f"{serve.url}{path}/{old}", headers={"Authorization": f"Bearer {key.key}"}
             ) as response:
                 body = await response.json()
-                assert response.status == 409, body
-                assert body["error"]["code"] == "compressed"
-                assert "columnar" in body["error"]["message"]
+                assert response.status == 200, body
+                assert body["data"] == {"runs": 1, "steps": 21, "model_calls": 1}
+            assert stored(
+                citus_url,
+                "SELECT access_method FROM time_partitions "
+                "WHERE parent_table = 'agent_steps'::regclass "
+                "AND %s >= from_value::timestamptz AND %s < to_value::timestamptz",
+                (received, received),
+            ) == [("heap",)]
+            # Its steps sent again are stored again, as on one PostgreSQL: its keys went too.
+            replay = await api.post("/v1/ingest/agent/steps", steps_of(old, range(1, 4)))
+            assert replay[0] == 200
     finally:
         serve.stop()
         serve.kill()
     assert stored(
         citus_url, "SELECT count(*) FROM agent_steps WHERE project_id = %s", (project,)
-    ) == [(21,)]
+    ) == [(3,)]
     assert stored(
-        citus_url, "SELECT count(*), sum(runs) FROM agent_run_rollups WHERE project_id = %s",
-        (project,),
-    )[0][1] == 1  # fmt: skip
+        citus_url, "SELECT count(*), coalesce(sum(runs), 0) FROM agent_run_rollups "
+        "WHERE project_id = %s", (project,),
+    )[0][1] == 0  # fmt: skip
+    assert keys_mismatch(citus_url) == (0, 0, 0, 0)
 
 
 def test_compression_waits_for_retention(citus_url: str) -> None:
@@ -353,6 +370,8 @@ def test_retention_drops_whole_days_once_no_project_keeps_forever(tmp_path: Path
                 (key.project_id,),
             ) == [(1, 4)]  # fmt: skip
             assert summary_of(url, key, window) == before[key.project_id]
+        # The dropped days took their keys with them.
+        assert keys_mismatch(url) == (0, 0, 0, 0)
 
 
 async def test_a_period_set_after_compression_brings_the_days_back_for_retention(
@@ -381,7 +400,13 @@ async def test_a_period_set_after_compression_brings_the_days_back_for_retention
         summary = None
         while summary is None:  # the lease may be another round's for a moment
             summary = await retention.enforce(pool)
-        assert summary["decompressed"].get("agent_steps", 0) >= 1
+        # The erasure of the old run brought its day back to heap, to delete it there.
+        assert stored(
+            citus_url,
+            "SELECT access_method FROM time_partitions WHERE parent_table = 'agent_steps'::regclass"
+            " AND now() - INTERVAL '20 days' >= from_value::timestamptz"
+            " AND now() - INTERVAL '20 days' < to_value::timestamptz",
+        ) == [("heap",)]
     finally:
         with psycopg.connect(citus_url, autocommit=True) as conn:
             conn.execute("UPDATE projects SET retention_days = NULL WHERE id = %s", (project,))
@@ -398,6 +423,7 @@ async def test_a_period_set_after_compression_brings_the_days_back_for_retention
         citus_url, "SELECT sum(runs), sum(steps) FROM agent_run_rollups WHERE project_id = %s",
         (project,),
     ) == [(1, 4)]  # fmt: skip
+    assert keys_mismatch(citus_url) == (0, 0, 0, 0)
 
 
 async def test_the_keepers_round(pool: AsyncConnectionPool) -> None:
@@ -407,3 +433,43 @@ async def test_the_keepers_round(pool: AsyncConnectionPool) -> None:
     assert set(first) == {"created", "compressed"}
     again = await keeper.run_once()
     assert again == {"created": 0, "compressed": {}}
+
+
+def test_one_server_of_the_cluster_compresses_at_a_time(tmp_path: Path) -> None:
+    """The compression lock is a row, so a server compressing through one node keeps a
+    server on another node from compressing too (an advisory lock would not)."""
+    with citus_database("kw_parts_lock") as url:
+        migrate.upgrade(url)
+        key = new_key(url)
+        serve = ServeProcess("--database-url", url, env=NO_COMPRESSION, log=tmp_path / "s.log")
+
+        async def one_run() -> str:
+            async with aiohttp.ClientSession() as session:
+                return await ingest_run(Client(session, serve.url, key), steps=3)
+
+        try:
+            old = asyncio.run(one_run())
+        finally:
+            serve.stop()
+            serve.kill()
+        age(url, key.project_id, old, 12 * DAY)
+
+        async def keeper_round() -> dict:
+            async with AsyncConnectionPool(url, kwargs={"autocommit": True}, open=False) as pool:
+                return await partitions.PartitionKeeper(pool, compress_after=10 * DAY).run_once()
+
+        # Another server's keeper, connected to a worker, holds the lock mid-compression.
+        with psycopg.connect(worker_url(url.rpartition("/")[2], workers()[0])) as other:
+            other.execute(partitions.COMPRESSION_ROW_MADE)
+            other.commit()
+            assert other.execute(partitions.COMPRESSION_ROW_TAKEN).fetchone() == (1,)
+            assert asyncio.run(keeper_round())["compressed"] == {}
+            other.rollback()  # it is done
+        assert asyncio.run(keeper_round())["compressed"].get("agent_steps", 0) >= 1
+        assert stored(
+            url,
+            "SELECT access_method FROM time_partitions WHERE parent_table = 'agent_steps'::regclass"
+            " AND now() - INTERVAL '12 days' >= from_value::timestamptz"
+            " AND now() - INTERVAL '12 days' < to_value::timestamptz",
+        ) == [("columnar",)]
+        assert keys_mismatch(url) == (0, 0, 0, 0)

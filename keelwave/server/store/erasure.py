@@ -29,10 +29,16 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from keelwave.server.store import daily_rollups, statements, traces
+from keelwave.server.store.citus import keys as citus_keys
+from keelwave.server.store.citus import partitions as citus_partitions
 
+# Tries of a batch with rows in columnar days: the keeper may compress a day again
+# between bringing it back and the delete (it runs hourly), hardly twice.
+COMPRESSED_ATTEMPTS = 3
 MAX_RUNS = statements.FINE_LOCKS_UP_TO  # per transaction: locked one by one
 MAX_ROWS = 50_000  # steps and model calls per transaction
 PAGE = 5_000  # runs read per query when deleting by a selector
@@ -252,6 +258,28 @@ async def _erase_batch(
     batch: list[RunRef],
     rollups_before: datetime | None,
 ) -> Erased:
+    """Delete one batch; on Citus, a batch with rows in a columnar day (which takes no
+    DELETE) brings those days back to heap and goes again (its transaction rolled back
+    whole the first time)."""
+    for attempt in range(COMPRESSED_ATTEMPTS):
+        try:
+            return await _erase_batch_once(pool, project_id, batch, rollups_before)
+        except psycopg.errors.InternalError_ as error:
+            if not citus_partitions.is_compressed_delete(error):
+                raise
+            if attempt == COMPRESSED_ATTEMPTS - 1:
+                raise
+            ids = [run_id for run_id, _, _ in batch]
+            await citus_partitions.decompress_days_of(pool, uuid.UUID(str(project_id)), ids)
+    raise AssertionError("unreachable")
+
+
+async def _erase_batch_once(
+    pool: AsyncConnectionPool,
+    project_id: str,
+    batch: list[RunRef],
+    rollups_before: datetime | None,
+) -> Erased:
     ids = [run_id for run_id, _, _ in batch]
     staged = [
         run_id
@@ -277,6 +305,9 @@ async def _erase_batch(
         erased.steps = cur.rowcount
         await cur.execute(DELETE_CALLS, (project, ids))
         erased.model_calls = cur.rowcount
+        if await citus_keys.in_use(conn):
+            for sql in citus_keys.DELETE_OF_RUNS:
+                await cur.execute(sql, (project, ids))
         await cur.execute(DELETE_ALERT_EVENTS, (project, ids))
         if trace_ids:
             await cur.execute(DELETE_OTLP, {"project": project, "ids": ids})

@@ -48,6 +48,7 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from keelwave.server.store import daily_rollups, erasure, statements, traces
+from keelwave.server.store.citus import keys as citus_keys
 from keelwave.server.store.citus import partitions as citus_partitions
 from keelwave.server.store.periodic import Periodic
 from keelwave.server.store.timescale import TABLES as HYPERTABLES
@@ -268,9 +269,11 @@ async def _enforce(work: _Round) -> None:
         # received wholly before that cutoff less a day (store/citus/partitions.py).
         started = time.perf_counter()
         older_than = projects[0][3] - citus_partitions.CLOCK_SLACK
-        work.summary["chunks_dropped"].update(
-            await citus_partitions.drop_before(work.pool, older_than)
-        )
+        dropped = await citus_partitions.drop_before(work.pool, older_than)
+        work.summary["chunks_dropped"].update(dropped)
+        if dropped:
+            for sql in citus_keys.DROP_BEFORE:
+                await work.execute(sql, (older_than,))
         work.summary["drop_seconds"] = round(time.perf_counter() - started, 3)
     for project_id, name, days, cutoff, swept_before in projects:
         tally = {"project": name, "retention_days": days, "cutoff": cutoff}
@@ -411,13 +414,16 @@ async def _sweep_window(
             steps = cur.rowcount
             await cur.execute(DELETE_ORPHAN_CALLS, {**window, "ids": ids})
             calls = cur.rowcount
+            if work.partitions:  # and so key tables (store/citus/keys.py)
+                for sql in citus_keys.RESYNC:
+                    await cur.execute(sql, {"project_id": project_id, "ids": ids})
         work.deleted["agent_steps"] += steps
         work.deleted["ai_traces"] += calls
         swept += steps + calls
         if steps + calls == 0:
             break  # each was found again by a run start meanwhile
     args = {**window, "limit": ROWS_PER_STATEMENT}
-    while (count := await work.execute(DELETE_LONE_CALLS, args)) > 0:
+    while (count := await _delete_lone_calls(work, project_id, args)) > 0:
         work.deleted["ai_traces"] += count
         swept += count
     while lone := [bytes(t) for (t,) in await work.rows(LONE_TRACES, args)]:
@@ -432,6 +438,19 @@ async def _sweep_window(
             break
     await work.renew()
     return swept
+
+
+async def _delete_lone_calls(work: _Round, project_id: uuid.UUID, args: dict[str, Any]) -> int:
+    """One statement's worth of the window's model calls sent without a run, deleted;
+    on Citus with their keys, in the same transaction."""
+    if not work.partitions:
+        return await work.execute(DELETE_LONE_CALLS, args)
+    async with work.pool.connection() as conn, conn.transaction():
+        cursor = await conn.execute(DELETE_LONE_CALLS + " RETURNING id", args)
+        ids = [call_id for (call_id,) in await cursor.fetchall()]
+        if ids:
+            await conn.execute(citus_keys.DELETE_LONE, (project_id, ids))
+    return len(ids)
 
 
 async def _delete_rollups(work: _Round, project_id: uuid.UUID, before: datetime) -> int:

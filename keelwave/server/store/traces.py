@@ -37,6 +37,8 @@ from psycopg.adapt import PyFormat
 from psycopg_pool import AsyncConnectionPool
 
 from keelwave.server.store import statements, tool_rollups
+from keelwave.server.store.citus import keys as citus_keys
+from keelwave.server.store.citus import partitions as citus_partitions
 from keelwave.server.store.histogram import bin_sql
 
 TRACE_LOCKS = 0x6B79  # pg_advisory_xact_lock(int, int) namespace of OTLP traces
@@ -138,7 +140,32 @@ async def store_export(
     project: Projection,
 ) -> int:
     """Store an export's spans, (trace id, span id, span as stored), and re-project the
-    traces that got new ones, in one transaction; return how many spans were new."""
+    traces that got new ones, in one transaction; return how many spans were new.
+
+    On Citus, a late span of a run whose rows are in a columnar day (which takes no
+    DELETE) brings those days back to heap and the export goes again."""
+    for attempt in range(COMPRESSED_ATTEMPTS):
+        try:
+            return await _store_export(pool, project_id, spans, project)
+        except psycopg.errors.InternalError_ as error:
+            last = attempt == COMPRESSED_ATTEMPTS - 1
+            if last or not citus_partitions.is_compressed_delete(error):
+                raise
+            async with pool.connection() as conn:
+                cursor = await conn.execute(
+                    RUNS_OF_TRACES, (project_id, sorted({trace for trace, _, _ in spans}))
+                )
+                runs = [run_id for (run_id,) in await cursor.fetchall()]
+            await citus_partitions.decompress_days_of(pool, project_id, runs)
+    raise AssertionError("unreachable")
+
+
+async def _store_export(
+    pool: AsyncConnectionPool,
+    project_id: uuid.UUID,
+    spans: Sequence[tuple[bytes, bytes, bytes]],
+    project: Projection,
+) -> int:
     traces = sorted({trace for trace, _, _ in spans})
     async with pool.connection() as conn, statements.transaction(conn), conn.cursor() as cur:
         keys = sorted({trace_lock_key(project_id, trace) for trace in traces})
@@ -295,6 +322,9 @@ async def _apply(cur: psycopg.AsyncCursor, project_id: uuid.UUID, plan: _Plan) -
     if plan.rows:
         columns = _run_columns(project_id, [run for _, run in plan.rows])
         await cur.execute(UPSERT_RUNS, {**columns, "rejudge": plan.rejudge})
+    if await citus_keys.in_use(cur.connection):
+        for sql in citus_keys.RESYNC:
+            await cur.execute(sql, ids)
     await cur.execute(STAGE_SHARES, {**ids, "sign": 1})
     if plan.rows:
         await cur.execute(SAVE_DIGESTS, _digest_columns(project_id, plan))
@@ -429,6 +459,9 @@ INSERT INTO kw_stage_tools (project_id, bucket, tool_name, duration_bin,
 {tool_rollups.stats_of_steps(f"({_STEPS_OF_ENDED_RUNS})")}
 """
 
+# Tries of an export that meets rows in columnar days on Citus (as erasure.py's).
+COMPRESSED_ATTEMPTS = 3
+RUNS_OF_TRACES = "SELECT run_id FROM otlp_runs WHERE project_id = %s AND trace_id = ANY(%s)"
 DELETE_STEPS = """
 DELETE FROM agent_steps s
 USING unnest(%(runs)s::uuid[], %(keep)s::int[]) AS k (run_id, keep)

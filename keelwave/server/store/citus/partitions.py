@@ -19,11 +19,11 @@ shard of the table at once:
   could still need deleted there (:func:`compression_boundary`): columnar takes
   no DELETE, so a columnar day must hold only rows that are never deleted by
   retention. Late steps are still accepted: they are received today, into a
-  heap partition. Erasure by request of a run with rows in a columnar day is
-  refused (:data:`COMPRESSED_ROWS`, docs/scale-out.md says how to allow it);
-  retention that meets one (a period set after the days were compressed)
-  converts the project's columnar days back to heap first
-  (:func:`decompress_days_of`).
+  heap partition. An erasure that meets a row in a columnar day (a run deleted
+  by request, or by retention under a period set after the days were
+  compressed) converts the days holding the rows back to heap
+  (:func:`decompress_days_of`) and deletes again; the keeper compresses those
+  days again on a later round.
 
 Every DDL statement here runs with a short lock timeout, propagated to the
 workers, and is retried: creating or dropping a partition locks its shard's
@@ -61,15 +61,24 @@ COMPRESS_AFTER = timedelta(days=7)
 # before a cutoff less this holds rows of runs that started before the cutoff only.
 CLOCK_SLACK = timedelta(days=1)
 LOCK_TIMEOUT_MS = 200
-COMPRESSION_LOCK = (0x6B77, -2)  # (namespace, key) of pg_try_advisory_lock; timescale.py's is -1
+# The cluster's compression lock: a row of kw_run_locks that no project has (the nil
+# project, bucket -1), on one shard; held FOR UPDATE by the server compressing.
+COMPRESSION_ROW_MADE = (
+    "INSERT INTO kw_run_locks (project_id, bucket) "
+    "VALUES ('00000000-0000-0000-0000-000000000000', -1) ON CONFLICT DO NOTHING"
+)
+COMPRESSION_ROW_TAKEN = (
+    "SELECT 1 FROM kw_run_locks WHERE project_id = '00000000-0000-0000-0000-000000000000' "
+    "AND bucket = -1 FOR UPDATE SKIP LOCKED"
+)
 ATTEMPTS = 20
 
 # What PostgreSQL says when a DELETE reaches a row stored in a columnar partition.
 COLUMNAR_DELETE = "columnar_tuple_delete not implemented"
 COMPRESSED_ROWS = (
     "some of these runs' steps or model calls are stored in a compressed (columnar) day, "
-    "which takes no DELETE; the runs before them are deleted. An operator can convert that "
-    "day back (docs/scale-out.md, 'Compression') and the request be sent again"
+    "which takes no DELETE, and it was compressed again each time it was brought back; "
+    "the runs before them are deleted. Send the request again"
 )
 
 
@@ -178,9 +187,14 @@ async def compress_before(pool: AsyncConnectionPool, older_than: datetime) -> di
     return converted
 
 
-async def decompress_days_of(pool: AsyncConnectionPool, project_id: object) -> dict[str, int]:
-    """Convert the columnar days holding rows of the project back to heap (retention
-    must delete there after all: a period set after they were compressed); how many."""
+async def decompress_days_of(
+    pool: AsyncConnectionPool, project_id: object, run_ids: list[Any] | None = None
+) -> dict[str, int]:
+    """Convert the columnar days holding rows of the project (of ``run_ids`` only, when
+    given) back to heap, where a DELETE must reach them after all: retention under a
+    period set after they were compressed, or the erasure of a run; how many. The
+    keeper compresses them again on a later round."""
+    runs = "" if run_ids is None else " AND run_id = ANY(%s)"
     converted: dict[str, int] = {}
     for table in TABLES:
         days = await _rows(
@@ -194,11 +208,11 @@ async def decompress_days_of(pool: AsyncConnectionPool, project_id: object) -> d
             [(holds,)] = await _rows(
                 pool,
                 f"SELECT EXISTS (SELECT 1 FROM {table} WHERE project_id = %s "
-                "AND received_at >= %s AND received_at < %s)",
-                (project_id, start, end),
+                f"AND received_at >= %s AND received_at < %s{runs})",
+                (project_id, start, end) + (() if run_ids is None else (run_ids,)),
             )
             if holds:
-                log.warning("Citus partitions: %s goes back to heap for retention", partition)
+                log.warning("Citus partitions: %s goes back to heap for a deletion", partition)
                 await _rows(pool, "SELECT alter_table_set_access_method(%s, 'heap')", (partition,))
                 converted[table] = converted.get(table, 0) + 1
     return converted
@@ -259,15 +273,15 @@ class PartitionKeeper(Periodic):
         return done
 
     async def _compress(self) -> dict[str, int]:
-        """Compress what may be, one server of those connected to this node at a time (an
-        advisory lock is the node's own: two servers on two nodes may both try, and the
-        second's conversion of a day fails and waits for the next round)."""
+        """Compress what may be, one server of the cluster at a time: the one holding
+        the row lock of COMPRESSION_ROW, whichever node it is connected to (an
+        advisory lock would be the node's own). The lock is a transaction held open
+        beside the conversion, which commits day by day on another connection; a
+        server that dies lets go of it with its connection."""
         async with self._pool.connection() as conn:
-            cursor = await conn.execute("SELECT pg_try_advisory_lock(%s, %s)", COMPRESSION_LOCK)
-            if not (await cursor.fetchone())[0]:
-                return {}
-            try:
+            await conn.execute(COMPRESSION_ROW_MADE)
+            async with conn.transaction():
+                if await (await conn.execute(COMPRESSION_ROW_TAKEN)).fetchone() is None:
+                    return {}  # another server is compressing
                 boundary = await compression_boundary(self._pool, self._compress_after)
                 return {} if boundary is None else await compress_before(self._pool, boundary)
-            finally:
-                await conn.execute("SELECT pg_advisory_unlock(%s, %s)", COMPRESSION_LOCK)

@@ -24,6 +24,7 @@ import functools
 import uuid
 
 from keelwave.server.store import daily_rollups, statements, tool_rollups
+from keelwave.server.store.citus import keys
 from keelwave.server.store.pgscript import quote
 
 # Runs fall in this many lock buckets per project (a run's id modulo it): a project's
@@ -56,28 +57,25 @@ def lock_runs(project: uuid.UUID, run_ids: set[int]) -> str:
 
 def _drop_known(
     stage: str,
-    table: str,
+    known: str,
     p: str,
-    key: tuple[str, ...],
-    batch_key: tuple[str, ...] | None = None,
-    same_or_null: str | None = None,
+    stored: str,
+    repeated: tuple[str, ...],
 ) -> tuple[str, str]:
-    """Two DELETEs that leave in ``stage`` only the project's new rows: those stored in
-    ``table`` already, by ``key``, and the repeats within the batch, by ``batch_key``
-    (default ``key``; the first one, by seq, stays).
+    """Two DELETEs that leave in ``stage`` only the project's new rows: those whose key
+    is in ``known`` (a key table, keys.py; ``stored`` equates its columns with the
+    staged row's) and the repeats within the batch, by ``repeated`` (the first one, by
+    seq, stays).
 
     Joins (DELETE … USING), not OR-ed EXISTS subqueries: Citus prunes a DELETE with
     a disjunction of subqueries to no shard at all and sends it to every shard.
     """
-    stored = " AND ".join(f"t.{column} = s.{column}" for column in key)
-    if same_or_null:
-        stored += f" AND t.{same_or_null} IS NOT DISTINCT FROM s.{same_or_null}"
-    repeated = " AND ".join(f"o.{column} = s.{column}" for column in batch_key or key)
+    same = " AND ".join(f"o.{column} = s.{column}" for column in repeated)
     return (
-        f"DELETE FROM {stage} s USING {table} t WHERE s.project_id = {p} "
+        f"DELETE FROM {stage} s USING {known} t WHERE s.project_id = {p} "
         f"AND t.project_id = s.project_id AND {stored}",
         f"DELETE FROM {stage} s USING {stage} o WHERE s.project_id = {p} "
-        f"AND o.project_id = s.project_id AND {repeated} AND o.seq < s.seq",
+        f"AND o.project_id = s.project_id AND {same} AND o.seq < s.seq",
     )
 
 
@@ -102,25 +100,25 @@ def _run_statements(p: str) -> tuple[str, ...]:
     cols = _names(statements.RUN_COLUMNS)
     return (
         # What is left in staging is new: not stored, and the first of its id in the batch.
-        *_drop_known("kw_stage_runs", "agent_runs", p, ("id",), ("id",)),
+        *_drop_known("kw_stage_runs", "agent_runs", p, "t.id = s.id", ("id",)),
         # New runs count the steps and model calls that arrived before them: inserted
         # with none, then updated from a join (a correlated subquery in the INSERT
-        # would make Citus send it to every shard).
+        # would make Citus send it to every shard), of the key tables, not the days.
         f"""INSERT INTO agent_runs ({cols}, last_activity_at)
 SELECT {cols}, now() FROM kw_stage_runs WHERE project_id = {p}""",
         f"""UPDATE agent_runs r SET step_count = n.steps
 FROM (SELECT t.project_id, t.run_id, count(*) AS steps
-      FROM kw_stage_runs s JOIN agent_steps t ON t.project_id = s.project_id AND t.run_id = s.id
+      FROM kw_stage_runs s JOIN kw_step_keys t ON t.project_id = s.project_id AND t.run_id = s.id
       WHERE s.project_id = {p} GROUP BY t.project_id, t.run_id) n
 WHERE r.project_id = {p} AND r.project_id = n.project_id AND r.id = n.run_id""",
         f"""UPDATE agent_runs r SET llm_calls = n.calls, input_tokens = n.input_tokens,
     output_tokens = n.output_tokens, cost_usd = n.cost_usd
-FROM (SELECT a.project_id, a.run_id, count(*) AS calls,
+FROM (SELECT a.project_id, a.run_key AS run_id, count(*) AS calls,
              coalesce(sum(a.input_tokens), 0) AS input_tokens,
              coalesce(sum(a.output_tokens), 0) AS output_tokens,
              coalesce(sum(a.cost_usd), 0) AS cost_usd
-      FROM kw_stage_runs s JOIN ai_traces a ON a.project_id = s.project_id AND a.run_id = s.id
-      WHERE s.project_id = {p} GROUP BY a.project_id, a.run_id) n
+      FROM kw_stage_runs s JOIN kw_call_keys a ON a.project_id = s.project_id AND a.run_key = s.id
+      WHERE s.project_id = {p} GROUP BY a.project_id, a.run_key) n
 WHERE r.project_id = {p} AND r.project_id = n.project_id AND r.id = n.run_id""",
         f"""INSERT INTO kw_stage_rollups (project_id, agent_name, bucket, runs, steps, llm_calls,
                               input_tokens, output_tokens, cost_usd)
@@ -152,7 +150,15 @@ def _step_statements(p: str) -> tuple[str, ...]:
         f"WHERE project_id = {p} GROUP BY project_id, run_id)"
     )
     return (
-        *_drop_known("kw_stage_steps", "agent_steps", p, ("run_id", "step_index")),
+        *_drop_known(
+            "kw_stage_steps",
+            keys.STEP_KEYS,
+            p,
+            "t.run_id = s.run_id AND t.step_index = s.step_index",
+            ("run_id", "step_index"),
+        ),  # fmt: skip
+        f"INSERT INTO {keys.STEP_KEYS} (project_id, run_id, step_index) "
+        f"SELECT project_id, run_id, step_index FROM kw_stage_steps WHERE project_id = {p}",
         _tool_share(p, "-1"),
         f"INSERT INTO agent_steps ({cols}) "
         f"SELECT {cols} FROM kw_stage_steps WHERE project_id = {p}",
@@ -170,13 +176,23 @@ WHERE r.project_id = {p}""",
 @functools.lru_cache(maxsize=1024)
 def _trace_statements(p: str) -> tuple[str, ...]:
     cols = _names(statements.TRACE_COLUMNS)
+    totals = ", ".join(keys.CALL_TOTALS)
     per_run = f"""(SELECT project_id, run_id, count(*) AS calls, sum(input_tokens) AS input_tokens,
            sum(output_tokens) AS output_tokens, coalesce(sum(cost_usd), 0) AS cost_usd
     FROM kw_stage_traces WHERE project_id = {p} AND run_id IS NOT NULL
     GROUP BY project_id, run_id)"""
     return (
         # A stored call is the same call if its run is the same, or both have none.
-        *_drop_known("kw_stage_traces", "ai_traces", p, ("id",), ("id",), "run_id"),
+        *_drop_known(
+            "kw_stage_traces",
+            keys.CALL_KEYS,
+            p,
+            f"t.id = s.id AND t.run_key = coalesce(s.run_id, {keys.NIL})",
+            ("id",),
+        ),  # fmt: skip
+        f"INSERT INTO {keys.CALL_KEYS} (project_id, run_key, id, {totals}) "
+        f"SELECT project_id, coalesce(run_id, {keys.NIL}), id, {totals} "
+        f"FROM kw_stage_traces WHERE project_id = {p}",
         f"INSERT INTO ai_traces ({cols}) SELECT {cols} FROM kw_stage_traces WHERE project_id = {p}",
         f"""UPDATE agent_runs r
 SET llm_calls = r.llm_calls + n.calls, input_tokens = r.input_tokens + n.input_tokens,

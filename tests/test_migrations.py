@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -154,3 +155,22 @@ def test_migrations_run_from_the_built_wheel(tmp_path: Path, fresh_db_url: str) 
         env=env,
     )
     assert tables(fresh_db_url) >= TABLES
+
+
+def test_large_values_are_compressed_with_lz4_where_the_server_has_it(fresh_db_url: str) -> None:
+    """Migration 0018: a step's large tool output, stored by a session after the upgrade,
+    is compressed with lz4 (far cheaper than pglz for the database) where PostgreSQL
+    was built with it; elsewhere the upgrade goes through and values stay pglz."""
+    migrate.upgrade(fresh_db_url)
+    with psycopg.connect(fresh_db_url, autocommit=True) as conn:
+        [values] = conn.execute(
+            "SELECT enumvals FROM pg_settings WHERE name = 'default_toast_compression'"
+        ).fetchone()
+        conn.execute(
+            "INSERT INTO agent_steps (project_id, run_id, step_index, step_type, started_at, "
+            "tool_output) "
+            "VALUES (gen_random_uuid(), gen_random_uuid(), 1, 'tool_call', now(), %s::json)",
+            (json.dumps({"rows": ["the same line of output"] * 500}),),
+        )
+        [(method,)] = conn.execute("SELECT pg_column_compression(tool_output) FROM agent_steps")
+    assert method == ("lz4" if "lz4" in values else "pglz")

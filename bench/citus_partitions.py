@@ -9,8 +9,9 @@ coordinator at 127.0.0.1:5440; bench/citus_ingest.py makes and drops them):
    partitioned schema, empty (today and the days ahead);
 2. ``--days`` days of history (``--rows-per-day`` steps each, received on those
    days, with their keys, migration 0017) added to the partitioned one, the
-   oldest half converted to columnar: the conversion's time and the days' size
-   before and after; ingest again. Each time, the writer's duplicate check of
+   oldest half converted to columnar while the clients ingest: the
+   conversion's time, the days' size before and after, ingest meanwhile;
+   ingest again. Each time, the writer's duplicate check of
    100 staged steps, on the worker, against the key table (what the writer
    does) and, for comparison, against the days (what it did before 0017);
 3. a retention round's worth: deleting one day's steps by rows (what the
@@ -26,6 +27,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+import threading
 import time
 import uuid
 from datetime import timedelta
@@ -208,12 +210,23 @@ def main() -> None:
         report(f"{args.days + 3} days, all heap:", url, keys)
         half = args.days // 2
         heap = size_of_days(url, half)
-        started = time.monotonic()
-        converted = asyncio.run(_compress(url, half))
-        took = time.monotonic() - started
+        # The conversion runs while the clients ingest (after their warm-up): do they wait?
+        conversion: dict = {}
+
+        def convert() -> None:
+            time.sleep(2.5)
+            started = time.monotonic()
+            conversion["converted"] = asyncio.run(_compress(url, half))
+            conversion["took"] = time.monotonic() - started
+
+        converter = threading.Thread(target=convert)
+        converter.start()
+        during = ingest(url, keys, args)
+        converter.join()
         columnar = size_of_days(url, half)
-        print(f"columnar: {converted} in {took:.1f} s; those days {heap / 2**20:,.1f} MiB -> "
-              f"{columnar / 2**20:,.1f} MiB ({columnar / heap:.2f}x)")  # fmt: skip
+        print(f"columnar: {conversion['converted']} in {conversion['took']:.1f} s; those days "
+              f"{heap / 2**20:,.1f} MiB -> {columnar / 2**20:,.1f} MiB ({columnar / heap:.2f}x); "
+              f"ingest meanwhile {during:,.0f} steps/s")  # fmt: skip
         report(f"{args.days + 3} days, the {half} oldest columnar:", url, keys)
         with psycopg.connect(url, autocommit=True) as conn:
             started = time.monotonic()

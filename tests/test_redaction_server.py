@@ -6,8 +6,12 @@ from __future__ import annotations
 import json
 import uuid
 
-from conftest import Api, Project, make_project, query
+import aiohttp
+from conftest import Api, Project, make_project, make_settings, query
 from serve_process import keelwave
+
+from keelwave.server.app import create_app
+from keelwave.server.http import auth
 
 SECRETS = (
     "sk-proj-4f9QmT7xKp2LrV8nZs3Wd6Yh1Bc5Ej0A",
@@ -246,3 +250,33 @@ def test_projects_set_redaction_on_the_command_line(db_url: str) -> None:
     assert "not a regular expression" in result.stderr and "Traceback" not in result.stderr
     result = keelwave("projects", "set-redaction", project.name, *database)
     assert result.returncode == 0 and "built-in rules only" in result.stdout
+
+
+async def test_changed_patterns_apply_to_the_next_request_even_before_the_notice_arrives(
+    db_url: str, aiohttp_server, monkeypatch
+) -> None:
+    """The server that takes a PATCH of a project's patterns uses them from its next
+    request on, without waiting for the database's NOTIFY to come round to its own
+    key cache (which, on a busy server, it may do only after that request)."""
+    # A server whose key cache hears of no change at all: no listener.
+    monkeypatch.setattr(auth.KeyStore, "start", lambda self: None)
+    app = create_app(make_settings(key_cache_seconds=3600), db_url)
+    server = await aiohttp_server(app)
+    project = make_project(db_url)
+    async with aiohttp.ClientSession() as session:
+        api = Api(str(server.make_url("")).rstrip("/"), session)
+        assert (await _set_patterns(api, project, [r"CUST-[0-9]{6}"]))[0] == 200
+
+        async def start_run(customer: str) -> None:
+            status, _, _ = await api.post(
+                "/v1/ingest/agent/runs",
+                json={"agent_name": "shop", "input": f"refund {customer}"},
+                headers=project.auth("ingest"),
+            )
+            assert status == 201
+
+        await start_run("CUST-000001")  # the key and its rules are cached now
+        assert "CUST-000001" not in stored_text(db_url, project.id)
+        assert (await _set_patterns(api, project, [r"ORDER-[0-9]+"]))[0] == 200
+        await start_run("CUST-000002")
+        assert "CUST-000002" in stored_text(db_url, project.id)

@@ -57,6 +57,9 @@ class KeyStore:
         self._conninfo = conninfo
         self._ttl = ttl
         self._cache: dict[bytes, tuple[float, Principal]] = {}
+        # Counts the times the cache was forgotten: a lookup that began before one does
+        # not cache what it read (it may be the key or project as it was before).
+        self._generation = 0
         self._listener: asyncio.Task | None = None
 
     async def authenticate(self, request: web.Request, scopes: frozenset[str]) -> Principal:
@@ -84,6 +87,7 @@ class KeyStore:
         now = time.monotonic()
         if cached is not None and cached[0] > now:
             return cached[1]
+        generation = self._generation
         async with self._pool.connection() as conn:
             row = await (
                 await conn.execute(
@@ -101,9 +105,16 @@ class KeyStore:
         principal = Principal(
             row[0], row[1], row[2], row[3], uuid.UUID(row[1]), for_patterns(tuple(row[5])), row[6]
         )
-        if self._ttl > 0:
+        if self._ttl > 0 and generation == self._generation:
             self._cache[digest] = (now + self._ttl, principal)
         return principal
+
+    def forget(self) -> None:
+        """Forget every cached key: a key was revoked or a project's rules changed. The
+        server that made the change calls this itself once it has committed, so its own
+        next request sees the change; the others hear of it by NOTIFY (_listen)."""
+        self._cache.clear()
+        self._generation += 1
 
     # -- revocation listener ------------------------------------------------
 
@@ -123,9 +134,9 @@ class KeyStore:
                     self._conninfo, autocommit=True
                 ) as conn:
                     await conn.execute(f"LISTEN {KEYS_CHANNEL}")
-                    self._cache.clear()  # forget anything revoked while we were not listening
+                    self.forget()  # anything revoked while we were not listening
                     async for _ in conn.notifies():
-                        self._cache.clear()
+                        self.forget()
             except (psycopg.Error, OSError) as error:
                 log.debug("key listener disconnected: %s", error)
             await asyncio.sleep(1.0)

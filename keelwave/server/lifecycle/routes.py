@@ -153,6 +153,9 @@ async def change_project(request: web.Request) -> web.Response:
             # Rules and retention travel with each key's cached Principal: every server
             # forgets them, and reads them again at the next request.
             await conn.execute(f"NOTIFY {KEYS_CHANNEL}")
+    # Committed: this server's next request uses the new rules, whenever the notice
+    # comes round to its own listener.
+    request.app[appkeys.KEYSTORE].forget()
     return respond(ProjectResponse, {"data": await _settings(request, project_id)})
 
 

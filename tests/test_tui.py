@@ -642,10 +642,22 @@ def snapshot_app(server, snapshot_key) -> KeelwaveApp:
 async def settle_runs(pilot) -> None:
     table = pilot.app.screen.query_one(DataTable)
     await wait_for(pilot, lambda: table.row_count >= 3)
+
     # The columns take their widths when the table is next idle, which a busy machine
-    # reaches late: wait for it (else the picture shows them cut).
-    await wait_for(pilot, lambda: not table._require_update_dimensions)
+    # reaches late (and a refresh that fills the table again starts over): wait until
+    # nothing is pending and the run column is as wide as its ids (8 characters), else
+    # the picture shows the columns cut to their labels.
+    def widths_settled() -> bool:
+        run_column = next(iter(table.columns.values()))
+        return (
+            not table._require_update_dimensions
+            and not table._updated_cells
+            and run_column.content_width >= 8
+        )
+
+    await wait_for(pilot, widths_settled)
     await pilot.pause(0.3)
+    await wait_for(pilot, widths_settled)
 
 
 def snapshot_id(run_id: str) -> str:

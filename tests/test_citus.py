@@ -261,13 +261,27 @@ async def test_writers_through_the_coordinator_and_a_worker_store_each_step_once
     ) == [(200,)]  # fmt: skip
 
 
+@pytest.fixture(params=["coordinator", "worker"])
+def serve_on_a_node(request, citus_url: str, tmp_path: Path) -> Iterator[ServeProcess]:
+    """A server connected to the coordinator, or to a worker (metadata is synced there)."""
+    url = citus_url
+    if request.param == "worker":
+        url = worker_url(citus_url.rpartition("/")[2], workers()[0])
+    process = ServeProcess("--database-url", url, log=tmp_path / "serve.log")
+    yield process
+    process.stop()
+    process.kill()
+
+
 async def test_every_path_keeps_the_key_tables_exact(
-    serve: ServeProcess, key: key_store.CreatedKey, citus_url: str
+    serve_on_a_node: ServeProcess, key: key_store.CreatedKey, citus_url: str
 ) -> None:
     """The duplicate checks read kw_step_keys and kw_call_keys (migration 0017), so those
     must hold exactly the stored rows' keys after every path that adds or deletes rows:
     steps and model calls ahead of their run, replays, calls without a run, OTLP
-    traces split, repeated and reordered (re-projected export by export), a deletion."""
+    traces split, repeated and reordered (re-projected export by export), a deletion;
+    through the coordinator and through a worker alike."""
+    serve = serve_on_a_node
     project = key.project_id
     async with aiohttp.ClientSession() as session:
         api = Client(session, serve.url, key)

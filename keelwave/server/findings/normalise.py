@@ -115,8 +115,8 @@ _RFC_DATE = re.compile(  # "Wed, 01 May 2024 10:22:33 GMT", as in HTTP headers
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 _UUID = re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b", re.I)
 _EPOCH_IN_TEXT = re.compile(r"\b1\d{9}(?:\d{3})?\b")
+_TOKEN_LENGTH = 10  # the shortest random-looking token (looks_random)
 _TOKEN = re.compile(r"[A-Za-z0-9_\-+/=.:]{10,}")
-_LONG_WORD = re.compile(r"\S{10}")
 _DIGIT = re.compile(r"\d")
 _MAYBE_RANDOM = re.compile(r"\d|[A-Z].*[A-Z]")
 _SEPARATORS = re.compile(r"[_\-+/=.:]+")
@@ -366,8 +366,13 @@ class _Normaliser:
             text = _RFC_DATE.sub(iso, _ISO.sub(iso, text))
             text = _UUID.sub(uuid, _EPOCH_IN_TEXT.sub(epoch, text))
         words = text.split()
-        if _LONG_WORD.search(text):  # no shorter word looks random
+        # No word shorter than a random token's 10 characters looks random; most text
+        # has none that long, and the lengths are measured in C (a regex for a run of
+        # 10 non-spaces would try it at every position).
+        if max(map(len, words), default=0) >= _TOKEN_LENGTH:
             for position, word in enumerate(words):
+                if len(word) < _TOKEN_LENGTH:
+                    continue
                 core = word.strip(_WORD_PUNCTUATION)
                 if core and looks_random(core):
                     masked += 1

@@ -34,7 +34,7 @@ import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import aiohttp
@@ -81,7 +81,10 @@ FROM claimed c LEFT JOIN alert_destinations d ON d.id = c.destination_id
 """
 # The attempt, and what it makes of the event. A delivery settles the event even if
 # its lease ran out and another process claimed it meanwhile; a failure only if no
-# later attempt was claimed (that one has the last word).
+# later attempt was claimed (that one has the last word). The times are the database's
+# clock, read just before (CLOCK), and reckoned from it here: Citus refuses functions
+# that are not IMMUTABLE (now(), a timestamptz plus an interval) inside a CASE.
+CLOCK = "SELECT now()"
 RECORD = """
 WITH attempt AS (
     INSERT INTO alert_attempts (event_id, attempt, started_at, duration_ms, status, error)
@@ -94,11 +97,11 @@ UPDATE alert_events SET
     delivery_state = CASE
         WHEN %(delivered)s::boolean THEN 'delivered'
         WHEN %(give_up)s::boolean
-             OR fired_at < now() - make_interval(secs => %(retry_for)s) THEN 'failed'
+             OR fired_at < %(retry_since)s::timestamptz THEN 'failed'
         ELSE 'pending' END,
-    delivered_at = CASE WHEN %(delivered)s::boolean THEN now() END,
+    delivered_at = CASE WHEN %(delivered)s::boolean THEN %(now)s::timestamptz END,
     next_attempt_at = CASE WHEN %(delivered)s::boolean THEN next_attempt_at
-                           ELSE now() + make_interval(secs => %(backoff)s) END,
+                           ELSE %(next_at)s::timestamptz END,
     lease_until = NULL,
     last_error = %(error)s
 WHERE id = %(id)s AND delivery_state = 'pending'
@@ -341,9 +344,11 @@ class Deliverer:
 
     async def _record(self, claimed: Claimed, outcome: Outcome, give_up: bool) -> None:
         async with self._pool.connection() as conn:
+            [(now,)] = await (await conn.execute(CLOCK)).fetchall()
             await conn.execute(
                 RECORD,
                 {
+                    "now": now,
                     "id": claimed.id,
                     "attempt": claimed.attempt,
                     "started_at": outcome.started_at,
@@ -352,8 +357,8 @@ class Deliverer:
                     "error": outcome.error,
                     "delivered": outcome.delivered,
                     "give_up": give_up,
-                    "retry_for": RETRY_FOR_SECONDS,
-                    "backoff": backoff_seconds(claimed.attempt),
+                    "retry_since": now - timedelta(seconds=RETRY_FOR_SECONDS),
+                    "next_at": now + timedelta(seconds=backoff_seconds(claimed.attempt)),
                 },
             )
         if not outcome.delivered:

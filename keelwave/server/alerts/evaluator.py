@@ -255,7 +255,9 @@ class Evaluator:
         await cur.execute(
             "INSERT INTO alert_window_state (rule_id, firing, value, changed_at) "
             "VALUES (%s, %s, %s::jsonb, now()) ON CONFLICT (rule_id) DO UPDATE SET "
-            "firing = excluded.firing, value = excluded.value, changed_at = now()",
+            # excluded's time, not now() again: Citus refuses a function that is not
+            # IMMUTABLE in an upsert's SET; the VALUES it evaluates itself.
+            "firing = excluded.firing, value = excluded.value, changed_at = excluded.changed_at",
             (rule["id"], crossing, msgspec.json.encode(value).decode()),
         )
         metric = f"{condition['metric']} ({condition['window']})"

@@ -66,6 +66,21 @@ def days(url: str, table: str) -> list[tuple[str, str]]:
     return [(str(start), method) for start, method in rows]
 
 
+def method_of_day(url: str, at: object) -> list[tuple[str]]:
+    """The access method of the day of agent_steps that ``at`` (a time) falls in."""
+    return stored(
+        url,
+        "SELECT access_method FROM time_partitions WHERE parent_table = 'agent_steps'::regclass"
+        " AND %s >= from_value::timestamptz AND %s < to_value::timestamptz",
+        (at, at),
+    )
+
+
+def days_ago(url: str, days: int) -> object:
+    [(at,)] = stored(url, "SELECT now() - make_interval(days => %s)", (days,))
+    return at
+
+
 def age(url: str, project: str, run: str, by: timedelta) -> None:
     """Move a run's steps and model calls to ``by`` ago in received_at (making the days;
     a literal, since Citus sends no expression of the row's own columns on to a shard)."""
@@ -171,13 +186,7 @@ async def test_a_columnar_day_still_dedups_takes_late_steps_and_erases(
                 "WHERE project_id = %s AND run_id = %s",
                 (project, old),
             )
-            assert stored(
-                citus_url,
-                "SELECT access_method FROM time_partitions "
-                "WHERE parent_table = 'agent_steps'::regclass "
-                "AND %s >= from_value::timestamptz AND %s < to_value::timestamptz",
-                (received, received),
-            ) == [("columnar",)]
+            assert method_of_day(citus_url, received) == [("columnar",)]
             # A replay of the old run's steps is found in the columnar day: stored once.
             replay = await api.post("/v1/ingest/agent/steps", steps_of(old, range(1, 21)))
             assert replay[0] == 200
@@ -214,13 +223,7 @@ async def test_a_columnar_day_still_dedups_takes_late_steps_and_erases(
                 body = await response.json()
                 assert response.status == 200, body
                 assert body["data"] == {"runs": 1, "steps": 21, "model_calls": 1}
-            assert stored(
-                citus_url,
-                "SELECT access_method FROM time_partitions "
-                "WHERE parent_table = 'agent_steps'::regclass "
-                "AND %s >= from_value::timestamptz AND %s < to_value::timestamptz",
-                (received, received),
-            ) == [("heap",)]
+            assert method_of_day(citus_url, received) == [("heap",)]
             # Its steps sent again are stored again, as on one PostgreSQL: its keys went too.
             replay = await api.post("/v1/ingest/agent/steps", steps_of(old, range(1, 4)))
             assert replay[0] == 200
@@ -401,12 +404,7 @@ async def test_a_period_set_after_compression_brings_the_days_back_for_retention
         while summary is None:  # the lease may be another round's for a moment
             summary = await retention.enforce(pool)
         # The erasure of the old run brought its day back to heap, to delete it there.
-        assert stored(
-            citus_url,
-            "SELECT access_method FROM time_partitions WHERE parent_table = 'agent_steps'::regclass"
-            " AND now() - INTERVAL '20 days' >= from_value::timestamptz"
-            " AND now() - INTERVAL '20 days' < to_value::timestamptz",
-        ) == [("heap",)]
+        assert method_of_day(citus_url, days_ago(citus_url, 20)) == [("heap",)]
     finally:
         with psycopg.connect(citus_url, autocommit=True) as conn:
             conn.execute("UPDATE projects SET retention_days = NULL WHERE id = %s", (project,))
@@ -466,10 +464,5 @@ def test_one_server_of_the_cluster_compresses_at_a_time(tmp_path: Path) -> None:
             assert asyncio.run(keeper_round())["compressed"] == {}
             other.rollback()  # it is done
         assert asyncio.run(keeper_round())["compressed"].get("agent_steps", 0) >= 1
-        assert stored(
-            url,
-            "SELECT access_method FROM time_partitions WHERE parent_table = 'agent_steps'::regclass"
-            " AND now() - INTERVAL '12 days' >= from_value::timestamptz"
-            " AND now() - INTERVAL '12 days' < to_value::timestamptz",
-        ) == [("columnar",)]
+        assert method_of_day(url, days_ago(url, 12)) == [("columnar",)]
         assert keys_mismatch(url) == (0, 0, 0, 0)

@@ -29,16 +29,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from keelwave.server.store import daily_rollups, statements, traces
 from keelwave.server.store.citus import keys as citus_keys
 from keelwave.server.store.citus import partitions as citus_partitions
 
-# Tries of a batch with rows in columnar days: the keeper may compress a day again
-# between bringing it back and the delete (it runs hourly), hardly twice.
-COMPRESSED_ATTEMPTS = 3
 MAX_RUNS = statements.FINE_LOCKS_UP_TO  # per transaction: locked one by one
 MAX_ROWS = 50_000  # steps and model calls per transaction
 PAGE = 5_000  # runs read per query when deleting by a selector
@@ -261,17 +257,16 @@ async def _erase_batch(
     """Delete one batch; on Citus, a batch with rows in a columnar day (which takes no
     DELETE) brings those days back to heap and goes again (its transaction rolled back
     whole the first time)."""
-    for attempt in range(COMPRESSED_ATTEMPTS):
-        try:
-            return await _erase_batch_once(pool, project_id, batch, rollups_before)
-        except psycopg.errors.InternalError_ as error:
-            if not citus_partitions.is_compressed_delete(error):
-                raise
-            if attempt == COMPRESSED_ATTEMPTS - 1:
-                raise
-            ids = [run_id for run_id, _, _ in batch]
-            await citus_partitions.decompress_days_of(pool, uuid.UUID(str(project_id)), ids)
-    raise AssertionError("unreachable")
+
+    async def runs() -> list[uuid.UUID]:
+        return [run_id for run_id, _, _ in batch]
+
+    return await citus_partitions.decompressing(
+        pool,
+        uuid.UUID(str(project_id)),
+        lambda: _erase_batch_once(pool, project_id, batch, rollups_before),
+        runs,
+    )
 
 
 async def _erase_batch_once(

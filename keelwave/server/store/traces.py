@@ -144,20 +144,16 @@ async def store_export(
 
     On Citus, a late span of a run whose rows are in a columnar day (which takes no
     DELETE) brings those days back to heap and the export goes again."""
-    for attempt in range(COMPRESSED_ATTEMPTS):
-        try:
-            return await _store_export(pool, project_id, spans, project)
-        except psycopg.errors.InternalError_ as error:
-            last = attempt == COMPRESSED_ATTEMPTS - 1
-            if last or not citus_partitions.is_compressed_delete(error):
-                raise
-            async with pool.connection() as conn:
-                cursor = await conn.execute(
-                    RUNS_OF_TRACES, (project_id, sorted({trace for trace, _, _ in spans}))
-                )
-                runs = [run_id for (run_id,) in await cursor.fetchall()]
-            await citus_partitions.decompress_days_of(pool, project_id, runs)
-    raise AssertionError("unreachable")
+
+    async def runs() -> list[uuid.UUID]:
+        traces = sorted({trace for trace, _, _ in spans})
+        async with pool.connection() as conn:
+            cursor = await conn.execute(RUNS_OF_TRACES, (project_id, traces))
+            return [run_id for (run_id,) in await cursor.fetchall()]
+
+    return await citus_partitions.decompressing(
+        pool, project_id, lambda: _store_export(pool, project_id, spans, project), runs
+    )
 
 
 async def _store_export(
@@ -459,8 +455,6 @@ INSERT INTO kw_stage_tools (project_id, bucket, tool_name, duration_bin,
 {tool_rollups.stats_of_steps(f"({_STEPS_OF_ENDED_RUNS})")}
 """
 
-# Tries of an export that meets rows in columnar days on Citus (as erasure.py's).
-COMPRESSED_ATTEMPTS = 3
 RUNS_OF_TRACES = "SELECT run_id FROM otlp_runs WHERE project_id = %s AND trace_id = ANY(%s)"
 DELETE_STEPS = """
 DELETE FROM agent_steps s

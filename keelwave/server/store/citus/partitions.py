@@ -36,8 +36,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import uuid
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool
@@ -85,6 +87,32 @@ COMPRESSED_ROWS = (
 def is_compressed_delete(error: psycopg.Error) -> bool:
     """Whether ``error`` is a DELETE refused by a row in a columnar day."""
     return COLUMNAR_DELETE in (error.diag.message_primary or str(error))
+
+
+# Tries of a transaction that meets rows in columnar days: the keeper may compress a
+# day again between bringing it back and the delete (it runs hourly), hardly twice.
+COMPRESSED_ATTEMPTS = 3
+T = TypeVar("T")
+
+
+async def decompressing(
+    pool: AsyncConnectionPool,
+    project_id: uuid.UUID,
+    transaction: Callable[[], Awaitable[T]],
+    runs: Callable[[], Awaitable[list[Any]]],
+) -> T:
+    """``transaction()``, which deletes rows of the project's ``runs()``; when a DELETE
+    meets one in a columnar day (and the transaction rolls back whole), the days
+    holding those runs' rows go back to heap and it runs again. Elsewhere it runs once:
+    only Citus raises that error."""
+    for attempt in range(COMPRESSED_ATTEMPTS):
+        try:
+            return await transaction()
+        except psycopg.errors.InternalError_ as error:
+            if attempt == COMPRESSED_ATTEMPTS - 1 or not is_compressed_delete(error):
+                raise
+            await decompress_days_of(pool, project_id, await runs())
+    raise AssertionError("unreachable")
 
 
 IS_PARTITIONED = """

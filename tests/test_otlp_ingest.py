@@ -19,6 +19,7 @@ from otlp_exports import ALL, document, export_of, spans_of, split, to_protobuf
 
 from keelwave.server.app import create_app
 from keelwave.server.ingest.otlp import decode, mapping, projection
+from keelwave.server.store import traces
 
 PROTOBUF = "application/x-protobuf"
 LIMIT = 1 << 20  # the body limit of these tests' server
@@ -212,6 +213,41 @@ async def test_a_retried_export_is_accepted_and_stores_nothing_twice(api, projec
     )
     assert spans == len(spans_of(doc))
     assert data["run_rollups"][0][2] == 1  # one run in the rollups, not three
+
+
+async def test_spans_another_server_stored_meanwhile_are_not_stored_twice(
+    api, project, db_url, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Spans are COPYed straight into otlp_spans once the trace's stored ids are read,
+    under the trace's lock. Servers on different Citus nodes do not share those locks:
+    another may have stored some of the spans after the ids were read. The COPY then
+    fails on the primary key, and the export goes again the staged way."""
+    doc = document("openaiagents_loop")
+    spans = sorted(spans_of(doc), key=lambda item: int(item[2]["endTimeUnixNano"]))
+    half = len(spans) // 2
+    assert (await send(api, project.keys["ingest"], export_of(doc, spans[:half])))[0] == 200
+    copy_new_spans = traces._copy_new_spans
+
+    async def read_before_the_other_server_committed(cur, project_id, sent, stored_ids):
+        for ids in stored_ids.values():
+            ids.clear()
+        return await copy_new_spans(cur, project_id, sent, stored_ids)
+
+    monkeypatch.setattr(traces, "_copy_new_spans", read_before_the_other_server_committed)
+    status, body = await send(api, project.keys["ingest"], doc, as_protobuf=True)
+    assert status == 200, body
+    assert not ExportTraceServiceResponse.FromString(body).HasField("partial_success")
+    monkeypatch.undo()
+    [(count,)] = query(
+        db_url, "SELECT count(*) FROM otlp_spans WHERE project_id = %s", (uuid.UUID(project.id),)
+    )
+    assert count == len(spans)
+    whole = make_project(db_url)
+    assert (await send(api, whole.keys["ingest"], doc))[0] == 200
+    expected, got = stored(db_url, whole.id), stored(db_url, project.id)
+    assert [r[1:] for r in got["runs"]] == [r[1:] for r in expected["runs"]]
+    assert [r[1:] for r in got["steps"]] == [r[1:] for r in expected["steps"]]
+    assert got["run_rollups"] == expected["run_rollups"]
 
 
 async def test_tool_calls_arriving_before_their_agent_make_a_running_run_it_then_finishes(

@@ -31,7 +31,7 @@ def slow_sketch(raw: bytes | None) -> str:
     return of_key(normalise.near_key.__wrapped__(raw))
 
 
-fast_sketch = near_sketch
+fast_sketch = near_sketch.__wrapped__
 
 
 def test_the_sketch_is_read_from_the_near_key_on_the_corpus(
@@ -52,7 +52,7 @@ def test_the_sketch_is_read_from_the_near_key_on_the_corpus(
     slow = []
     monkeypatch.setattr(normalise, "near_key", lambda raw: slow.append(raw) or "")
     for raw in raws:
-        near_sketch(raw)
+        near_sketch.__wrapped__(raw)
     assert len(slow) < len(raws) / 50
 
 

@@ -35,8 +35,8 @@ Where that reasoning does not reach (bytes ``msgspec`` does not read exactly as
 sketch is computed the slow way, ``of_key(near_key(raw))``: right by construction.
 tests/test_sketch.py checks the equality on the findings corpus and generated inputs.
 
-Sketches are not remembered (normalise.py's keys are): computing one costs about what
-remembering it would, a digest and a dictionary entry, on a run seen once.
+Sketches are remembered like normalise.py's keys: a run still receiving steps (above
+all one sent as OpenTelemetry spans, export after export) is judged again and again.
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ import msgspec
 
 from keelwave.server.findings import normalise
 from keelwave.server.findings.normalise import _DECODER, _FREE, _KEEP, _TIME, _VOLATILE, _role
+from keelwave.server.findings.remembered import remembered
 
 LONGEST_PLAIN_WORD = 11  # a word of 12+ letters may be a random token (looks_random)
 MAX_DEPTH = 64  # deeper than this, the slow way (near_key's own recursion has a limit)
@@ -70,6 +71,7 @@ def _plain_words(text: str, words: list[str]) -> None:
     )
 
 
+@remembered(normalise.KEY_CACHE_BYTES)
 def near_sketch(raw: bytes | None) -> str:
     """The sorted plain words of the input (module docstring): equal near keys imply
     equal sketches."""

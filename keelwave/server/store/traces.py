@@ -4,8 +4,13 @@ One export is one transaction (:func:`store_export`):
 
 1. Lock the export's traces (advisory locks in their own namespace, in key
    order), so two exports of one trace run one after the other.
-2. Insert the spans; a span already stored (a retried export) is skipped by
-   the primary key. If nothing is new, commit: the projection stands.
+2. Read the ids of the traces' stored spans, and COPY the export's other spans
+   straight into otlp_spans: a span already stored (a retried export) is not
+   sent again. Under the trace locks nobody else adds spans to these traces; if
+   somebody did all the same (servers on different Citus nodes, whose advisory
+   locks are each node's own), the COPY fails on the primary key and the export
+   goes again the staged way: COPY into a temporary table, then INSERT … ON
+   CONFLICT DO NOTHING. If nothing is new, commit: the projection stands.
 3. For every trace that got a new span, read all of its spans and let the
    caller project them into runs (``project``: ingest/otlp, a pure function
    of the span set), then compare each run with the digests of what was
@@ -151,9 +156,13 @@ async def store_export(
             cursor = await conn.execute(RUNS_OF_TRACES, (project_id, traces))
             return [run_id for (run_id,) in await cursor.fetchall()]
 
-    return await citus_partitions.decompressing(
-        pool, project_id, lambda: _store_export(pool, project_id, spans, project), runs
-    )
+    async def store() -> int:
+        try:
+            return await _store_export(pool, project_id, spans, project, staged=False)
+        except psycopg.errors.UniqueViolation:  # another node added some of these spans
+            return await _store_export(pool, project_id, spans, project, staged=True)
+
+    return await citus_partitions.decompressing(pool, project_id, store, runs)
 
 
 async def _store_export(
@@ -161,23 +170,29 @@ async def _store_export(
     project_id: uuid.UUID,
     spans: Sequence[tuple[bytes, bytes, bytes]],
     project: Projection,
+    staged: bool,
 ) -> int:
-    traces = sorted({trace for trace, _, _ in spans})
+    traces = sorted({bytes(trace) for trace, _, _ in spans})
     async with pool.connection() as conn, statements.transaction(conn), conn.cursor() as cur:
         keys = sorted({trace_lock_key(project_id, trace) for trace in traces})
         await cur.execute(
             "SELECT pg_advisory_xact_lock(%s, key) FROM unnest(%s::int[]) AS key",
             (TRACE_LOCKS, keys),
         )
-        await _stage_spans(cur, project_id, spans)
-        await cur.execute(INSERT_SPANS)
-        inserted = [(bytes(trace), bytes(span_id)) for trace, span_id in await cur.fetchall()]
+        if staged:
+            await _stage_spans(cur, project_id, spans)
+            await cur.execute(INSERT_SPANS)
+            inserted = [(bytes(trace), bytes(span)) for trace, span in await cur.fetchall()]
+            stored_ids = await _stored_span_ids(cur, project_id, traces)
+        else:
+            stored_ids = await _stored_span_ids(cur, project_id, traces)
+            inserted = await _copy_new_spans(cur, project_id, spans, stored_ids)
         if not inserted:
             return 0
         project.inserted(inserted)
         grown = sorted({trace for trace, _ in inserted})
         new_spans = len(inserted)
-        stored = await _stored_spans(cur, project_id, grown, project)
+        stored = await _stored_spans(cur, project_id, {t: stored_ids[t] for t in grown}, project)
         previous = await _stored_runs(cur, project_id, grown)
         plan = _Plan()
         for trace in grown:
@@ -188,17 +203,62 @@ async def _store_export(
         return new_spans
 
 
-async def _stored_spans(
-    cur: psycopg.AsyncCursor, project_id: uuid.UUID, traces: list[bytes], project: Projection
-) -> dict[bytes, list[tuple[bytes, bytes | None]]]:
-    """Every stored span of ``traces``, the stored form only of those the projection
-    does not hold already: their ids are read, then the bodies of the others, if any
-    (one process sees most exports of a trace, and holds the export's own new spans)."""
+async def _stored_span_ids(
+    cur: psycopg.AsyncCursor, project_id: uuid.UUID, traces: list[bytes]
+) -> dict[bytes, list[bytes]]:
+    """The ids of every stored span of ``traces`` (an empty list for a new trace)."""
     await cur.execute(READ_SPAN_IDS, (project_id, traces))
-    found: dict[bytes, list[tuple[bytes, bytes | None]]] = {}
+    found: dict[bytes, list[bytes]] = {trace: [] for trace in traces}
     for trace, span_ids in await cur.fetchall():
-        trace = bytes(trace)
-        found[trace] = [(bytes(span_id), None) for span_id in span_ids]
+        found[bytes(trace)] = [bytes(span_id) for span_id in span_ids]
+    return found
+
+
+async def _copy_new_spans(
+    cur: psycopg.AsyncCursor,
+    project_id: uuid.UUID,
+    spans: Sequence[tuple[bytes, bytes, bytes]],
+    stored_ids: dict[bytes, list[bytes]],
+) -> list[tuple[bytes, bytes]]:
+    """COPY the spans not stored yet (the first of any sent twice) into otlp_spans,
+    adding their ids to ``stored_ids``; return their (trace, span) ids."""
+    stored = {(trace, span_id) for trace, ids in stored_ids.items() for span_id in ids}
+    new: list[tuple[bytes, bytes, bytes]] = []
+    for trace, span_id, span in spans:
+        key = (bytes(trace), bytes(span_id))
+        if key not in stored:
+            stored.add(key)
+            new.append((key[0], key[1], span))
+            stored_ids[key[0]].append(key[1])
+    if new:
+        _register_binary_bytes(cur)
+        async with cur.copy(
+            "COPY otlp_spans (project_id, trace_id, span_id, span) FROM STDIN (FORMAT BINARY)"
+        ) as copy:
+            copy.set_types(("uuid", "bytea", "bytea", "bytea"))
+            for trace, span_id, span in new:
+                await copy.write_row((project_id, trace, span_id, span))
+    return [(trace, span_id) for trace, span_id, _ in new]
+
+
+def _register_binary_bytes(cur: psycopg.AsyncCursor) -> None:
+    # The C dumper of bytes for bytea (psycopg picks a Python one by type): lane.py.
+    cur.connection.adapters.register_dumper(bytes, psycopg.adapters.get_dumper(bytes, _BINARY))
+
+
+async def _stored_spans(
+    cur: psycopg.AsyncCursor,
+    project_id: uuid.UUID,
+    span_ids: dict[bytes, list[bytes]],
+    project: Projection,
+) -> dict[bytes, list[tuple[bytes, bytes | None]]]:
+    """Every stored span of the traces in ``span_ids`` (their ids), the stored form only
+    of those the projection does not hold already: the bodies of the others are read,
+    if any (one process sees most exports of a trace, and holds the export's own new
+    spans)."""
+    found: dict[bytes, list[tuple[bytes, bytes | None]]] = {
+        trace: [(span_id, None) for span_id in ids] for trace, ids in span_ids.items()
+    }
     missing: set[tuple[bytes, bytes]] = set()
     for trace, spans in found.items():
         known = set(project.known(trace))
@@ -342,11 +402,11 @@ async def _copy(
 async def _stage_spans(
     cur: psycopg.AsyncCursor, project_id: uuid.UUID, spans: Sequence[tuple[bytes, bytes, bytes]]
 ) -> None:
-    """The export's spans into kw_stage_spans by binary COPY: as query parameters they
-    would be hex-encoded (in Python) and parsed back, twice their size each way."""
+    """The export's spans into kw_stage_spans by binary COPY (the staged way, step 2 of
+    the module docstring): as query parameters they would be hex-encoded (in Python)
+    and parsed back, twice their size each way."""
     await cur.execute(STAGE_SPANS_DDL)
-    # The C dumper of bytes for bytea (psycopg picks a Python one by type): lane.py.
-    cur.connection.adapters.register_dumper(bytes, psycopg.adapters.get_dumper(bytes, _BINARY))
+    _register_binary_bytes(cur)
     async with cur.copy(
         "COPY kw_stage_spans (project_id, trace_id, span_id, span) FROM STDIN (FORMAT BINARY)"
     ) as copy:

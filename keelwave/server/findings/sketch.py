@@ -64,11 +64,11 @@ class _SlowWay(Exception):
 
 
 def _plain_words(text: str, words: list[str]) -> None:
-    words.extend(
+    words += [
         word
         for word in text.casefold().split()
-        if len(word) != 3 and len(word) <= LONGEST_PLAIN_WORD and word.isascii() and word.isalpha()
-    )
+        if 3 != len(word) <= LONGEST_PLAIN_WORD and word.isalpha() and word.isascii()
+    ]
 
 
 @remembered(normalise.KEY_CACHE_BYTES)
@@ -90,35 +90,47 @@ def _walk(value: Any, role: str, words: list[str], depth: int) -> None:
     """``normalise._Normaliser.value``'s walk, keeping plain words instead of a value."""
     if depth > MAX_DEPTH:
         raise _SlowWay
-    if isinstance(value, str):
-        if role == _KEEP:
-            return
-        stripped = value.strip()
-        if stripped[:1] in ("{", "[") and stripped[-1:] in ("}", "]"):
-            try:
-                decoded = _DECODER.decode(stripped)
-            except ValueError:
-                pass
-            else:
-                _walk(decoded, role, words, depth + 1)
-                return
-        if not stripped or role == _VOLATILE:
-            return
-        if stripped.startswith(_URL_SCHEMES):
-            if _MAY_SPACE_OUT.search(stripped) or len(stripped.split()) > 1:
-                raise _SlowWay  # its normalised query may hold words
-            return
-        if role == _TIME and any(c.isdigit() for c in stripped):
-            return  # masked, or a date (its words have digits or three letters)
-        _plain_words(stripped, words)
-    elif isinstance(value, dict):
+    kind = type(value)
+    if kind is dict:
         if role != _KEEP:
             for key, item in value.items():
-                _walk(item, _role(str(key)), words, depth + 1)
-    elif isinstance(value, list):
+                if type(item) is str:  # most values: no call to _walk for them
+                    _string(item, _role(key), words, depth + 1)
+                elif type(item) in _CONTAINERS:
+                    _walk(item, _role(key), words, depth + 1)
+    elif kind is list:
         for item in value:
             _walk(item, role, words, depth + 1)
+    elif kind is str:
+        _string(value, role, words, depth)
     # numbers, booleans and null hold no words
+
+
+_CONTAINERS = (dict, list)
+
+
+def _string(value: str, role: str, words: list[str], depth: int) -> None:
+    """``normalise._Normaliser.string``'s decisions, in its order."""
+    if role == _KEEP:
+        return
+    stripped = value.strip()
+    if stripped[:1] in ("{", "[") and stripped[-1:] in ("}", "]"):
+        try:
+            decoded = _DECODER.decode(stripped)
+        except ValueError:
+            pass
+        else:
+            _walk(decoded, role, words, depth + 1)
+            return
+    if not stripped or role == _VOLATILE:
+        return
+    if stripped.startswith(_URL_SCHEMES):
+        if _MAY_SPACE_OUT.search(stripped) or len(stripped.split()) > 1:
+            raise _SlowWay  # its normalised query may hold words
+        return
+    if role == _TIME and any(c.isdigit() for c in stripped):
+        return  # masked, or a date (its words have digits or three letters)
+    _plain_words(stripped, words)
 
 
 def of_key(key: str) -> str:

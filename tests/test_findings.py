@@ -71,6 +71,31 @@ def test_a_missing_input_is_an_empty_one_as_in_the_fingerprint() -> None:
     assert kinds(steps) == {("exact_loop", 1)}
 
 
+def test_calls_whose_input_was_not_recorded_are_never_the_same_call() -> None:
+    """A step stored without a fingerprint (an OpenTelemetry tool span without its
+    arguments: Google ADK and others record none unless told to) has an unknown
+    input, not an empty one: as /loops ignores it, no finding counts it either."""
+    unknown = [
+        StepView(i, "get_weather", None, b'{"sunny": true}', input_known=False)
+        for i in (1, 2, 3, 4)
+    ]
+    assert findings(unknown) == []
+    known = [
+        StepView(5, "get_weather", b'{"city": "Paris"}'),
+        StepView(6, "get_weather", b'{"city": "Paris"}'),
+    ]
+    assert kinds([*unknown, *known]) == {("exact_loop", 5)}
+    # …nor do they make a near-duplicate, a cycle or a stretch without progress.
+    alike = [StepView(7 + i, "search", raw) for i, raw in enumerate((b'{"q":"x"}', b'{"q": "x"}'))]
+    assert kinds([*alike, StepView(9, "search", None, input_known=False)]) == set()
+    # a ? a ?: "a" twice is an exact loop; with two unknown calls it is no cycle.
+    pattern = [("a", b"1", True), ("b", None, False)] * 2
+    steps = [
+        StepView(10 + i, t, raw, input_known=known) for i, (t, raw, known) in enumerate(pattern)
+    ]
+    assert kinds(steps) == {("exact_loop", 10)}
+
+
 def test_steps_are_read_in_step_order_and_findings_ordered_by_start() -> None:
     steps = run(("a", 1), ("b", 2), ("a", 1), ("c", 3), ("b", 2))
     shuffled = [steps[4], steps[0], steps[3], steps[2], steps[1]]

@@ -250,6 +250,52 @@ async def test_spans_another_server_stored_meanwhile_are_not_stored_twice(
     assert got["run_rollups"] == expected["run_rollups"]
 
 
+async def test_tool_calls_without_their_arguments_are_no_loop(api, project, db_url) -> None:
+    """Google ADK (and other frameworks with content capture off) records a tool span's
+    name but not its arguments. Three such calls are not three identical calls: their
+    fingerprint is NULL, /loops leaves them out, and so does the server's verdict."""
+    trace_id, agent_id = "5e" * 16, "a1" * 8
+    start = 1_700_000_000_000_000_000
+
+    def span(span_id: str, name: str, offset: int, attributes: dict, parent: str | None) -> dict:
+        return {
+            "traceId": trace_id,
+            "spanId": span_id,
+            **({"parentSpanId": parent} if parent else {}),
+            "name": name,
+            "kind": 1,
+            "startTimeUnixNano": str(start + offset * 1_000_000),
+            "endTimeUnixNano": str(start + offset * 1_000_000 + 500_000),
+            "attributes": [
+                {"key": key, "value": {"stringValue": value}} for key, value in attributes.items()
+            ],
+            "status": {},
+        }
+
+    tool = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "get_weather"}
+    spans = [span(f"{i:016x}", "execute_tool get_weather", i, tool, agent_id) for i in (1, 2, 3)]
+    agent = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "weather_agent"}
+    spans.append({**span(agent_id, "invoke_agent weather_agent", 0, agent, None),
+                  "endTimeUnixNano": str(start + 10_000_000)})  # fmt: skip
+    doc = {"resourceSpans": [{"resource": {}, "scopeSpans": [{"scope": {}, "spans": spans}]}]}
+    assert (await send(api, project.keys["ingest"], doc))[0] == 200
+    [run] = (await runs_of(api, project))["data"]
+    assert run["step_count"] == 3
+    for _ in range(100):
+        [(judged,)] = query(
+            db_url, "SELECT verdict_steps FROM agent_runs WHERE id = %s", (uuid.UUID(run["id"]),)
+        )
+        if judged == 3:
+            break
+        await asyncio.sleep(0.1)
+    status, loops, _ = await api.get(
+        f"/v1/projects/{project.name}/agent/runs/{run['id']}/loops", headers=project.auth()
+    )
+    assert (status, loops) == (200, {"data": []})
+    [run] = (await runs_of(api, project))["data"]
+    assert (run["loop_detected"], run["detected_loop"], run["findings"]) == (False, False, [])
+
+
 async def test_tool_calls_arriving_before_their_agent_make_a_running_run_it_then_finishes(
     api, project, db_url
 ) -> None:

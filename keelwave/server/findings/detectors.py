@@ -72,7 +72,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -111,6 +111,11 @@ class StepView:
     # sha256(tool_name || 0x00 || tool_input as sent): which calls are the same call.
     # The stores leave tool_input out where no detector reads it (store/verdicts.py).
     fingerprint: bytes | None = None
+    # False for a call whose input nobody recorded (a stored tool step without a
+    # fingerprint: an OpenTelemetry tool span without its arguments). It is like no
+    # other call, as /loops leaves it out: never in an exact loop, a cycle or a
+    # near-duplicate, nor a different input in a stretch without progress.
+    input_known: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,9 +144,10 @@ def findings(steps: Sequence[StepView]) -> list[Finding]:
     """Every finding on the run, ordered by where it began (module docstring)."""
     calls = sorted((s for s in steps if s.tool_name is not None), key=lambda s: s.step_index)
     inputs = [_bytes(s.tool_input) for s in calls]
-    # Which calls are the same call: by fingerprint (as sent), else by the bytes.
+    # Which calls are the same call: by fingerprint (as sent), else by the bytes; a call
+    # whose input is unknown is the same as no other (an object equal only to itself).
     same = [
-        s.fingerprint if s.fingerprint is not None else raw
+        (s.fingerprint if s.fingerprint is not None else raw) if s.input_known else object()
         for s, raw in zip(calls, inputs, strict=True)
     ]
     found = [
@@ -158,9 +164,9 @@ def _bytes(payload: bytes | bytearray | memoryview | None) -> bytes:
     return b"" if payload is None else bytes(payload)
 
 
-def exact_loops(calls: Sequence[StepView], inputs: Sequence[bytes]) -> list[Finding]:
+def exact_loops(calls: Sequence[StepView], inputs: Sequence[Hashable]) -> list[Finding]:
     """The ``/loops`` groups: one per (tool, input bytes) seen twice or more."""
-    groups: dict[tuple[str, bytes], list[int]] = defaultdict(list)
+    groups: dict[tuple[str, Hashable], list[int]] = defaultdict(list)
     for call, raw in zip(calls, inputs, strict=True):
         groups[(call.tool_name, raw)].append(call.step_index)
     return [
@@ -177,9 +183,9 @@ def exact_loops(calls: Sequence[StepView], inputs: Sequence[bytes]) -> list[Find
     ]
 
 
-def cycles(calls: Sequence[StepView], inputs: Sequence[bytes]) -> list[Finding]:
+def cycles(calls: Sequence[StepView], inputs: Sequence[Hashable]) -> list[Finding]:
     """Back-to-back repetitions of k ≥ 2 distinct calls (``cycles.repeated_regions``)."""
-    numbering: dict[tuple[str, bytes], int] = {}
+    numbering: dict[tuple[str, Hashable], int] = {}
     ids = [
         numbering.setdefault((call.tool_name, raw), len(numbering))
         for call, raw in zip(calls, inputs, strict=True)
@@ -202,7 +208,7 @@ def cycles(calls: Sequence[StepView], inputs: Sequence[bytes]) -> list[Finding]:
 
 
 def near_duplicates(
-    calls: Sequence[StepView], inputs: Sequence[bytes], same: Sequence[bytes] | None = None
+    calls: Sequence[StepView], inputs: Sequence[bytes], same: Sequence[Hashable] | None = None
 ) -> list[Finding]:
     """Three or more calls of one tool with the same normalised input, not all the same
     call (``same``: which calls are, by fingerprint; default: by input bytes)."""
@@ -211,7 +217,8 @@ def near_duplicates(
     groups: dict[tuple[str, str], list[int]] = defaultdict(list)
     per_tool: dict[str, list[int]] = defaultdict(list)
     for position, call in enumerate(calls):
-        per_tool[call.tool_name].append(position)
+        if call.input_known:  # an unknown input is like no other, however normalised
+            per_tool[call.tool_name].append(position)
     candidates = sorted(
         p
         for positions in per_tool.values()
@@ -258,7 +265,7 @@ def near_duplicates(
     return found
 
 
-def no_progress(calls: Sequence[StepView], inputs: Sequence[bytes]) -> list[Finding]:
+def no_progress(calls: Sequence[StepView], inputs: Sequence[Hashable]) -> list[Finding]:
     """Stretches of consecutive calls of one tool with the same result, for 3+ inputs
     (``inputs``: what tells calls apart, fingerprints or bytes)."""
     outputs: dict[tuple[bytes, bool], str | None] = {}
@@ -267,7 +274,7 @@ def no_progress(calls: Sequence[StepView], inputs: Sequence[bytes]) -> list[Find
     run_output: str | None = None
 
     def close() -> None:
-        distinct = len({inputs[p] for p in run})
+        distinct = len({inputs[p] for p in run if calls[p].input_known})
         if distinct >= NO_PROGRESS_MIN_CALLS:
             tool = calls[run[0]].tool_name
             found.append(

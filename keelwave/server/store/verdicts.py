@@ -150,8 +150,12 @@ def verdict(found: list[Finding]) -> Verdict:
 def step_view(
     index: int, tool: str, fingerprint: bytes | None, tool_input: str | None, output: str | None
 ) -> StepView:
-    """A row of CALLS_OF_RUN as the detectors read it."""
-    return StepView(index, tool, _utf8(tool_input), _utf8(output), fingerprint)
+    """A row of CALLS_OF_RUN as the detectors read it. Every stored tool step has a
+    fingerprint but one whose input nobody recorded (OTLP: a tool span without its
+    arguments): that input is unknown, not empty."""
+    return StepView(
+        index, tool, _utf8(tool_input), _utf8(output), fingerprint, fingerprint is not None
+    )
 
 
 def _utf8(text: str | None) -> bytes | None:

@@ -41,3 +41,5 @@ py=$(env_for smolagents-openinference smolagents==1.26.0 openai==3.57.0 \
 py=$(env_for strands strands-agents==1.62.0 opentelemetry-sdk==1.45.1 \
     opentelemetry-instrumentation-threading==0.66b1 opentelemetry-exporter-otlp-proto-common==1.45.2)
 "$py" strands_agents.py
+py=$(env_for googleadk google-adk==2.13.0 opentelemetry-sdk==1.44.0 opentelemetry-exporter-otlp-proto-common==1.44.0)
+"$py" google_adk.py

@@ -142,6 +142,8 @@ def tool_input(span: Span) -> bytes | None:
     if raw is None:
         raw = _event_attribute(span, "gen_ai.tool.message", "content", "arguments")
     if raw is None:
+        raw = _adk_legacy(attributes, ADK_ARGUMENTS)
+    if raw is None:
         return None
     if not isinstance(raw, str):
         inner = _envelope(raw)
@@ -162,6 +164,8 @@ def tool_output(span: Span) -> bytes | None:
     if raw is None:
         raw = _event_attribute(span, "gen_ai.choice", "message", "content")
     if raw is None:
+        raw = _adk_legacy(span.attributes, ADK_RESULT)
+    if raw is None:
         return None
     if isinstance(raw, str):
         parsed = _parsed(raw)
@@ -171,6 +175,26 @@ def tool_output(span: Span) -> bytes | None:
             return canonical_json(parsed["output"]).encode()
         return raw.encode()
     return canonical_json(raw).encode()
+
+
+# Google ADK's own schema of before ADK 2 (ADK_TELEMETRY_SCHEMA_VERSION_OPT_IN=1): a tool
+# span's arguments and result as JSON strings. With content capture off it writes "{}"
+# in both, which says nothing of the call: read as no input (an unknown one), not as
+# an empty object, or every such run would look like a loop. (ADK 2's schema uses
+# gen_ai.tool.call.arguments, and leaves it out when content capture is off.)
+ADK_ARGUMENTS = "gcp.vertex.agent.tool_call_args"
+ADK_RESULT = "gcp.vertex.agent.tool_response"
+ADK_NO_RESULT = '{"result": "<not specified>"}'  # what it writes when the tool answered nothing
+
+
+def _adk_legacy(attributes: dict[str, Any], key: str) -> Any:
+    value = attributes.get(key)
+    if (
+        value == ADK_NO_RESULT
+        or attributes.get(ADK_ARGUMENTS) == attributes.get(ADK_RESULT) == "{}"
+    ):
+        return None
+    return value
 
 
 _NOT_JSON = object()

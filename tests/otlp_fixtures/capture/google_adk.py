@@ -55,9 +55,7 @@ from opentelemetry import trace  # noqa: E402
 
 cap = Capture(f"keelwave-capture-googleadk-{MODE}")
 trace.set_tracer_provider(cap.provider)
-PREFIX = {"v2": "googleadk", "nocontent": "googleadk_nocontent", "legacy": "googleadk_legacy"}[
-    MODE
-]
+PREFIX = {"v2": "googleadk", "nocontent": "googleadk_nocontent", "legacy": "googleadk_legacy"}[MODE]
 
 LOOP_ARGS = {"city": "Paris", "unit": "celsius"}
 SCRIPTS = {

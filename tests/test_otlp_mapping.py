@@ -4,6 +4,7 @@ once, and a result that does not depend on the order or repetition of spans."""
 
 from __future__ import annotations
 
+import json
 import random
 from pathlib import Path
 
@@ -69,6 +70,46 @@ def test_tool_spans_without_their_arguments_have_no_input_and_make_no_loop() -> 
         assert sum(call.input_tokens for call in run.calls) == 460
 
 
+def test_llamaindex_through_openinference() -> None:
+    """No agent span (the agent's run is a CHAIN): the trace's root is the run. Tool
+    arguments come as {"kwargs": {...}}, the call's own arguments once unwrapped; of the
+    two LLM spans a turn, the one that only builds the request is no model call."""
+    [run] = runs_of("llamaindex_loop")
+    assert run.agent_name == "FunctionAgent.run" and run.termination_reason == "clean"
+    assert [(s.step_index, s.tool_name, s.tool_input) for s in run.steps] == [
+        (i, "get_weather", b'{"city": "Paris", "unit": "celsius"}') for i in (1, 2, 3)
+    ]
+    assert run.loop_step_index == 1
+    assert [(c.input_tokens, c.output_tokens) for c in run.calls] == [
+        (100, 20), (110, 21), (120, 22), (130, 23)
+    ]  # fmt: skip
+
+
+def test_a_model_span_around_another_is_not_a_second_call() -> None:
+    """A framework's LLM span around the provider client's (OpenInference's LangChain
+    and OpenAI instrumentors on together): one call, the innermost, not two."""
+    doc = json.loads((FIXTURES / "pydanticai_loop.json").read_text())
+    spans = doc["resourceSpans"][0]["scopeSpans"][0]["spans"]
+    for number, chat in enumerate([s for s in spans if s["name"].startswith("chat ")]):
+        spans.append(
+            {
+                **chat,
+                "spanId": f"{0xC0DE0000 + number:016x}",
+                "parentSpanId": chat["spanId"],
+                "name": "ChatCompletion",
+                "attributes": [
+                    {"key": "openinference.span.kind", "value": {"stringValue": "LLM"}},
+                    {"key": "llm.model_name", "value": {"stringValue": "fake-loop-model"}},
+                    *[a for a in chat["attributes"] if a["key"].startswith("gen_ai.usage.")],
+                ],
+            }
+        )
+    [run] = runs_of("pydanticai_loop", decode.from_json(json.dumps(doc).encode()))
+    [plain] = runs_of("pydanticai_loop")
+    assert len(run.calls) == len(plain.calls) == 4
+    assert sum(c.input_tokens for c in run.calls) == sum(c.input_tokens for c in plain.calls)
+
+
 @pytest.mark.parametrize("name", NESTED)
 def test_a_nested_agent_is_a_child_run(name: str) -> None:
     runs = runs_of(name)
@@ -89,6 +130,7 @@ def test_a_nested_agent_is_a_child_run(name: str) -> None:
         ("strands_tool_error", "clean", True),
         ("googleadk_tool_error", "error", True),
         ("googleadk_legacy_tool_error", "error", True),
+        ("llamaindex_tool_error", "clean", True),  # the agent told the model, which answered
         ("openaiagents_max_turns", "max_steps_reached", False),
         ("openaiagents_openllmetry_max_turns", "max_steps_reached", False),
     ],

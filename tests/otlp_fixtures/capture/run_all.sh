@@ -43,3 +43,6 @@ py=$(env_for strands strands-agents==1.62.0 opentelemetry-sdk==1.45.1 \
 "$py" strands_agents.py
 py=$(env_for googleadk google-adk==2.13.0 opentelemetry-sdk==1.44.0 opentelemetry-exporter-otlp-proto-common==1.44.0)
 "$py" google_adk.py
+py=$(env_for llamaindex-openinference llama-index-core==0.14.25 \
+    openinference-instrumentation-llama-index==4.6.1 $otel)
+"$py" llamaindex_openinference.py

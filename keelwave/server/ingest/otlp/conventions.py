@@ -24,6 +24,9 @@ AGENT, TOOL, RETRIEVER, MODEL, OTHER = "agent", "tool", "retriever", "model", "o
 MODEL_OPERATIONS = ("chat", "text_completion", "generate_content", "embeddings")
 # Spans that wrap a framework's run of agents without being one (the OpenAI Agents SDK).
 WORKFLOW_NAMES = ("Agent workflow", "Agent Workflow")
+# LlamaIndex (OpenInference) gives every method of an LLM class a span of kind LLM, this
+# one too, though it only prepares the arguments of the chat call that follows it.
+LLAMAINDEX_REQUEST_BUILDER = "._prepare_chat_with_tools"
 # What a run stopped by a step limit says (exception types and messages, lowercased).
 STEP_LIMITS = (
     "maxturnsexceeded", "max turns", "max_turns", "graphrecursionerror", "recursion limit",
@@ -61,6 +64,8 @@ def role(span: Span) -> str:
         return TOOL
     if openinference == "RETRIEVER" or traceloop == "retriever":
         return RETRIEVER
+    if openinference == "LLM" and span.name.endswith(LLAMAINDEX_REQUEST_BUILDER):
+        return OTHER  # builds the request; the call is the chat span next to it
     if operation in MODEL_OPERATIONS or openinference in ("LLM", "EMBEDDING"):
         return MODEL
     if traceloop == "llm" or span.name.endswith(".chat"):
@@ -118,6 +123,8 @@ def _envelope(value: Any) -> Any:
     if isinstance(value, dict):
         if "inputs" in value and ("input_str" in value or "kwargs" in value):
             return value["inputs"]  # OpenLLMetry's LangChain callback envelope
+        if set(value) == {"kwargs"} and isinstance(value["kwargs"], dict):
+            return value["kwargs"]  # LlamaIndex's tool call (OpenInference)
         if "kwargs" in value and "args" in value and set(value) <= {
             "args", "kwargs", "sanitize_inputs_outputs"
         }:  # fmt: skip

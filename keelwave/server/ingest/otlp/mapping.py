@@ -125,6 +125,7 @@ def map_trace(spans: list[Span], memo: Memo | None = None) -> list[MappedRun]:
         return []
     roles = {span_id: c.role(span) for span_id, span in unique.items()}
     _graphs_in_tools(unique, roles)
+    _model_wrappers(unique, roles)
     runs = _run_spans(unique, roles)
     trace_id = next(iter(unique.values())).trace_id
     roots = sorted((s for s in unique.values() if s.parent_span_id is None), key=_start)
@@ -263,6 +264,21 @@ def _graphs_in_tools(unique: dict[bytes, Span], roles: dict[bytes, str]) -> None
                     roles[below.span_id] = c.AGENT
                 break
             below, parent, depth = unique[parent], unique[parent].parent_span_id, depth + 1
+
+
+def _model_wrappers(unique: dict[bytes, Span], roles: dict[bytes, str]) -> None:
+    """A model span with another model span inside it wraps the call, and is not one
+    itself: a framework's LLM span around the provider client's (OpenInference's
+    LangChain and OpenAI instrumentors together), LlamaIndex's ``predict_and_call``
+    around its ``chat``. Only the innermost is counted, or every call would be two."""
+    for span in unique.values():
+        if roles[span.span_id] != c.MODEL:
+            continue
+        parent, depth = span.parent_span_id, 0
+        while parent in unique and roles[parent] not in (c.AGENT, c.TOOL) and depth < MAX_DEPTH:
+            if roles[parent] == c.MODEL:
+                roles[parent] = c.OTHER
+            parent, depth = unique[parent].parent_span_id, depth + 1
 
 
 def _handed_off_by(

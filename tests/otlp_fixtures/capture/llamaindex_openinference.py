@@ -1,0 +1,175 @@
+"""Capture LlamaIndex's FunctionAgent through OpenInference (no network).
+
+Run: python tests/otlp_fixtures/capture/llamaindex_openinference.py
+Needs: llama-index-core openinference-instrumentation-llama-index opentelemetry-sdk
+       opentelemetry-exporter-otlp-proto-common
+
+The model is a hand-written ``FunctionCallingLLM`` answering from a script by the
+number of tool results in the conversation, with the README's token counts; its
+chat methods carry LlamaIndex's ``llm_chat_callback``, as every real LLM class's do
+(OpenInference reads the messages and the usage from the events it sends). There is
+no agent span: LlamaIndex's OpenInference marks the agent's ``run`` as a CHAIN, so the
+run is the trace's root, named after it. Every method of the LLM class gets a span of
+kind LLM, ``_prepare_chat_with_tools`` too, though it only builds the request.
+
+Scenarios:
+  loop        the tool is called three times with the same arguments, one call per
+              model turn, then the model answers
+  tool_error  the tool raises; the FunctionAgent hands the error to the model, which
+              answers
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from _otlp import Capture
+from llama_index.core.agent.workflow import FunctionAgent
+from llama_index.core.base.llms.types import (
+    ChatMessage,
+    ChatResponse,
+    CompletionResponse,
+    LLMMetadata,
+    MessageRole,
+)
+from llama_index.core.llms.callbacks import llm_chat_callback
+from llama_index.core.llms.function_calling import FunctionCallingLLM
+from llama_index.core.llms.llm import ToolSelection
+from llama_index.core.tools import FunctionTool
+from openinference.instrumentation.llama_index import LlamaIndexInstrumentor
+
+cap = Capture("keelwave-capture-llamaindex-openinference")
+LlamaIndexInstrumentor().instrument(tracer_provider=cap.provider)
+
+SCRIPTS = {
+    "fake-loop-model": [("get_weather", {"city": "Paris", "unit": "celsius"})] * 3
+    + [(None, "It is 18 degrees in Paris.")],
+    "fake-error-model": [
+        ("fetch_page", {"url": "https://example.com/"}),
+        (None, "The page could not be fetched."),
+    ],
+}
+
+
+class ScriptedLLM(FunctionCallingLLM):
+    model: str = "fake-loop-model"
+
+    @property
+    def metadata(self) -> LLMMetadata:
+        return LLMMetadata(is_function_calling_model=True, model_name=self.model)
+
+    def _prepare_chat_with_tools(
+        self,
+        tools,
+        user_msg=None,
+        chat_history=None,
+        verbose=False,
+        allow_parallel_tool_calls=False,
+        **kwargs,
+    ):
+        messages = list(chat_history or [])
+        if user_msg is not None:
+            messages.append(
+                user_msg
+                if isinstance(user_msg, ChatMessage)
+                else ChatMessage(role="user", content=user_msg)
+            )
+        return {"messages": messages, "tools": tools}
+
+    def get_tool_calls_from_response(self, response, error_on_no_tool_call=True, **kwargs):
+        return [
+            ToolSelection(tool_id=c["id"], tool_name=c["name"], tool_kwargs=c["args"])
+            for c in response.message.additional_kwargs.get("tool_calls", [])
+        ]
+
+    def _answer(self, messages) -> ChatResponse:
+        turn = sum(1 for m in messages if m.role == MessageRole.TOOL)
+        tool, payload = SCRIPTS[self.model][turn]
+        usage = {
+            "prompt_tokens": 100 + 10 * turn,
+            "completion_tokens": 20 + turn,
+            "total_tokens": 120 + 11 * turn,
+        }
+        if tool is None:
+            message = ChatMessage(role="assistant", content=payload)
+        else:
+            message = ChatMessage(
+                role="assistant",
+                content="",
+                additional_kwargs={
+                    "tool_calls": [{"id": f"call_{turn}", "name": tool, "args": payload}]
+                },
+            )
+        return ChatResponse(message=message, raw={"usage": usage, "model": self.model})
+
+    @llm_chat_callback()
+    def chat(self, messages, **kw):
+        return self._answer(messages)
+
+    @llm_chat_callback()
+    async def achat(self, messages, **kw):
+        return self._answer(messages)
+
+    def stream_chat(self, messages, **kw):
+        yield self._answer(messages)
+
+    async def astream_chat(self, messages, **kw):
+        async def gen():
+            yield self._answer(messages)
+
+        return gen()
+
+    def complete(self, prompt, formatted=False, **kw):
+        return CompletionResponse(text="")
+
+    async def acomplete(self, prompt, formatted=False, **kw):
+        return CompletionResponse(text="")
+
+    def stream_complete(self, prompt, formatted=False, **kw):
+        yield CompletionResponse(text="")
+
+    async def astream_complete(self, prompt, formatted=False, **kw):
+        async def gen():
+            yield CompletionResponse(text="")
+
+        return gen()
+
+
+def get_weather(city: str, unit: str) -> dict:
+    """The weather in a city."""
+    return {"city": city, "temperature": 18, "unit": unit}
+
+
+def fetch_page(url: str) -> str:
+    """A web page's text."""
+    raise RuntimeError(f"connection refused: {url}")
+
+
+async def main():
+    agent = FunctionAgent(
+        name="weather_agent",
+        description="weather",
+        tools=[FunctionTool.from_defaults(get_weather)],
+        llm=ScriptedLLM(model="fake-loop-model"),
+        system_prompt="Answer about the weather.",
+        streaming=False,
+    )
+    print(await agent.run(user_msg="What is the weather in Paris?"))
+    cap.save("llamaindex_loop")
+    agent = FunctionAgent(
+        name="browser_agent",
+        description="web",
+        tools=[FunctionTool.from_defaults(fetch_page)],
+        llm=ScriptedLLM(model="fake-error-model"),
+        system_prompt="Fetch.",
+        streaming=False,
+    )
+    try:
+        print(await agent.run(user_msg="What does example.com say?"))
+    except Exception as e:
+        print("raised", type(e).__name__)
+    cap.save("llamaindex_tool_error")
+
+
+asyncio.run(main())
+cap.shutdown()

@@ -70,12 +70,20 @@ def test_tool_spans_without_their_arguments_have_no_input_and_make_no_loop() -> 
         assert sum(call.input_tokens for call in run.calls) == 460
 
 
-def test_llamaindex_through_openinference() -> None:
-    """No agent span (the agent's run is a CHAIN): the trace's root is the run. Tool
-    arguments come as {"kwargs": {...}}, the call's own arguments once unwrapped; of the
-    two LLM spans a turn, the one that only builds the request is no model call."""
-    [run] = runs_of("llamaindex_loop")
-    assert run.agent_name == "FunctionAgent.run" and run.termination_reason == "clean"
+@pytest.mark.parametrize(
+    ("name", "root"),
+    [
+        ("llamaindex_loop", "FunctionAgent.run"),
+        ("llamaindex_openllmetry_loop", "FunctionAgent.workflow"),
+    ],
+)
+def test_llamaindex(name: str, root: str) -> None:
+    """No agent span in either instrumentation: the trace's root is the run.
+    OpenInference: tool arguments come as {"kwargs": {...}}, the call's own once
+    unwrapped; of its two LLM spans a turn, the one that only builds the request is no
+    model call. OpenLLMetry: every span is a "task", the tool calls those with tool.name."""
+    [run] = runs_of(name)
+    assert run.agent_name == root and run.termination_reason == "clean"
     assert [(s.step_index, s.tool_name, s.tool_input) for s in run.steps] == [
         (i, "get_weather", b'{"city": "Paris", "unit": "celsius"}') for i in (1, 2, 3)
     ]
@@ -131,6 +139,7 @@ def test_a_nested_agent_is_a_child_run(name: str) -> None:
         ("googleadk_tool_error", "error", True),
         ("googleadk_legacy_tool_error", "error", True),
         ("llamaindex_tool_error", "clean", True),  # the agent told the model, which answered
+        ("llamaindex_openllmetry_tool_error", "clean", True),  # (is_error in its output)
         ("openaiagents_max_turns", "max_steps_reached", False),
         ("openaiagents_openllmetry_max_turns", "max_steps_reached", False),
     ],

@@ -45,4 +45,7 @@ py=$(env_for googleadk google-adk==2.13.0 opentelemetry-sdk==1.44.0 opentelemetr
 "$py" google_adk.py
 py=$(env_for llamaindex-openinference llama-index-core==0.14.25 \
     openinference-instrumentation-llama-index==4.6.1 $otel)
-"$py" llamaindex_openinference.py
+"$py" llamaindex_agent.py openinference
+py=$(env_for llamaindex-openllmetry llama-index-core==0.14.25 llama-index-llms-openai \
+    opentelemetry-instrumentation-llamaindex==0.62.4 $otel)
+"$py" llamaindex_agent.py openllmetry

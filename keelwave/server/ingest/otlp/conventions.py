@@ -62,6 +62,8 @@ def role(span: Span) -> str:
         return AGENT  # a LangGraph graph (OpenInference calls it AGENT only by its name)
     if operation == "execute_tool" or openinference == "TOOL" or traceloop == "tool":
         return TOOL
+    if traceloop == "task" and "tool.name" in attributes:
+        return TOOL  # OpenLLMetry's LlamaIndex: the agent's call_tool step, a task
     if openinference == "RETRIEVER" or traceloop == "retriever":
         return RETRIEVER
     if openinference == "LLM" and span.name.endswith(LLAMAINDEX_REQUEST_BUILDER):
@@ -145,7 +147,10 @@ def tool_input(span: Span) -> bytes | None:
     lone string argument bare) becomes a JSON string.
     """
     attributes = span.attributes
-    raw = _first(attributes, "gen_ai.tool.call.arguments", "input.value", "traceloop.entity.input")
+    raw = _first(
+        attributes,
+        "gen_ai.tool.call.arguments", "input.value", "traceloop.entity.input", "tool.arguments",
+    )  # fmt: skip
     if raw is None:
         raw = _event_attribute(span, "gen_ai.tool.message", "content", "arguments")
     if raw is None:
@@ -180,8 +185,30 @@ def tool_output(span: Span) -> bytes | None:
             return canonical_json(raw).encode()
         if isinstance(parsed, dict) and set(parsed) >= {"output"} and "kwargs" in parsed:
             return canonical_json(parsed["output"]).encode()
+        if _is_tool_call_result(parsed):
+            return canonical_json(parsed["tool_output"]).encode()
         return raw.encode()
     return canonical_json(raw).encode()
+
+
+def _is_tool_call_result(value: Any) -> bool:
+    """LlamaIndex's ToolCallResult (OpenLLMetry's output of its call_tool step): the
+    call's name and arguments around the tool's own output."""
+    return isinstance(value, dict) and {"tool_name", "tool_kwargs", "tool_output"} <= set(value)
+
+
+def tool_failure(span: Span) -> str | None:
+    """A tool that failed without failing its span: LlamaIndex hands a tool's exception
+    to the model as an output marked ``is_error`` (OpenLLMetry keeps only that)."""
+    raw = span.attributes.get("traceloop.entity.output")
+    if not isinstance(raw, str) or '"is_error": true' not in raw:
+        return None
+    parsed = _parsed(raw)
+    output = parsed.get("tool_output") if _is_tool_call_result(parsed) else parsed
+    if not isinstance(output, dict) or output.get("is_error") is not True:
+        return None
+    message = output.get("raw_output")
+    return str(message) if message not in (None, "") else "the tool failed"
 
 
 # Google ADK's own schema of before ADK 2 (ADK_TELEMETRY_SCHEMA_VERSION_OPT_IN=1): a tool

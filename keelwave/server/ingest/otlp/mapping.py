@@ -327,7 +327,7 @@ def _new_step(span: Span, role: str, index: int) -> MappedStep:
         tool_output=c.tool_output(span),
         started_ns=span.start_ns,
         duration_ms=_millis(span),
-        error=c.error(span),
+        error=c.error(span) or c.tool_failure(span),
         error_traceback=c.stacktrace(span),
         # NULL only when the span truly carries no arguments (as a step without a tool).
         fingerprint=fingerprint(name, arguments) if arguments is not None else None,

@@ -1,16 +1,22 @@
-"""Capture LlamaIndex's FunctionAgent through OpenInference (no network).
+"""Capture LlamaIndex's FunctionAgent through OpenInference or OpenLLMetry (no network).
 
-Run: python tests/otlp_fixtures/capture/llamaindex_openinference.py
-Needs: llama-index-core openinference-instrumentation-llama-index opentelemetry-sdk
-       opentelemetry-exporter-otlp-proto-common
+Run: python tests/otlp_fixtures/capture/llamaindex_agent.py {openinference|openllmetry}
+Needs: llama-index-core opentelemetry-sdk opentelemetry-exporter-otlp-proto-common and
+       openinference-instrumentation-llama-index, or opentelemetry-instrumentation-llamaindex
+       (which imports llama_index.llms: llama-index-llms-openai provides it)
 
 The model is a hand-written ``FunctionCallingLLM`` answering from a script by the
 number of tool results in the conversation, with the README's token counts; its
 chat methods carry LlamaIndex's ``llm_chat_callback``, as every real LLM class's do
 (OpenInference reads the messages and the usage from the events it sends). There is
-no agent span: LlamaIndex's OpenInference marks the agent's ``run`` as a CHAIN, so the
-run is the trace's root, named after it. Every method of the LLM class gets a span of
-kind LLM, ``_prepare_chat_with_tools`` too, though it only builds the request.
+no agent span in either: OpenInference marks the agent's ``run`` a CHAIN, OpenLLMetry its
+workflow a ``workflow``, so the run is the trace's root, named after it. OpenInference
+gives every method of the LLM class a span of kind LLM, ``_prepare_chat_with_tools`` too,
+though it only builds the request; OpenLLMetry marks every span a ``task``, the agent's
+tool calls included (they carry ``tool.name`` and ``tool.arguments``), and keeps a
+tool's exception only as ``is_error`` in the output.
+
+Files: llamaindex_<scenario>.json (OpenInference), llamaindex_openllmetry_<scenario>.json.
 
 Scenarios:
   loop        the tool is called three times with the same arguments, one call per
@@ -22,6 +28,7 @@ Scenarios:
 from __future__ import annotations
 
 import asyncio
+import sys
 
 from _otlp import Capture
 from llama_index.core.agent.workflow import FunctionAgent
@@ -36,9 +43,17 @@ from llama_index.core.llms.callbacks import llm_chat_callback
 from llama_index.core.llms.function_calling import FunctionCallingLLM
 from llama_index.core.llms.llm import ToolSelection
 from llama_index.core.tools import FunctionTool
-from openinference.instrumentation.llama_index import LlamaIndexInstrumentor
 
-cap = Capture("keelwave-capture-llamaindex-openinference")
+INSTRUMENTATION = sys.argv[1] if len(sys.argv) > 1 else "openinference"
+if INSTRUMENTATION == "openinference":
+    from openinference.instrumentation.llama_index import LlamaIndexInstrumentor
+
+    PREFIX = "llamaindex"
+else:
+    from opentelemetry.instrumentation.llamaindex import LlamaIndexInstrumentor
+
+    PREFIX = "llamaindex_openllmetry"
+cap = Capture(f"keelwave-capture-llamaindex-{INSTRUMENTATION}")
 LlamaIndexInstrumentor().instrument(tracer_provider=cap.provider)
 
 SCRIPTS = {
@@ -155,7 +170,7 @@ async def main():
         streaming=False,
     )
     print(await agent.run(user_msg="What is the weather in Paris?"))
-    cap.save("llamaindex_loop")
+    cap.save(f"{PREFIX}_loop")
     agent = FunctionAgent(
         name="browser_agent",
         description="web",
@@ -168,7 +183,7 @@ async def main():
         print(await agent.run(user_msg="What does example.com say?"))
     except Exception as e:
         print("raised", type(e).__name__)
-    cap.save("llamaindex_tool_error")
+    cap.save(f"{PREFIX}_tool_error")
 
 
 asyncio.run(main())

@@ -146,6 +146,20 @@ def parse(raw: bytes | None) -> Any:
         return opaque(raw)
 
 
+NO_JSON = object()
+
+
+def json_in(text: str) -> Any:
+    """The object or array a (stripped) string holds, as frameworks double-encode
+    arguments; NO_JSON if it holds none."""
+    if text[:1] in ("{", "[") and text[-1:] in ("}", "]"):
+        try:
+            return _DECODER.decode(text)
+        except ValueError:
+            pass
+    return NO_JSON
+
+
 def opaque(raw: bytes) -> str:
     """Bytes compared as they are: not JSON, or nested too deep to walk (a payload of
     100,000 brackets is valid JSON and would exhaust the interpreter's stack)."""
@@ -309,13 +323,9 @@ class _Normaliser:
             self.kept += bool(text)
             return text
         stripped = text.strip()
-        if stripped[:1] in ("{", "[") and stripped[-1:] in ("}", "]"):
-            try:
-                decoded = _DECODER.decode(stripped)
-            except ValueError:
-                pass
-            else:
-                return self.value(decoded, role)
+        decoded = json_in(stripped)
+        if decoded is not NO_JSON:
+            return self.value(decoded, role)
         if not stripped:
             return ""
         if self.mask and role == _VOLATILE:

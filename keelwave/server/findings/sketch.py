@@ -23,7 +23,7 @@ the input's), because ``near_key`` keeps every plain word as its case-folded sel
 - case folding is idempotent (checked over every code point), so words read from
   the already folded key are the same words; folding never makes whitespace, and
   masks hold none, so the words around a mask stay words;
-- a string holding JSON is decoded by both, the same way (``normalise._DECODER``);
+- a string holding JSON is decoded by both, the same way (``normalise.json_in``);
 - the unmasked fallback (an input that would be all mask) leaves plain words as
   they are too, and happens only when no value was masked by its key;
 - a URL's normalised form is one word that is not plain, as long as it has no
@@ -47,7 +47,15 @@ from typing import Any
 import msgspec
 
 from keelwave.server.findings import normalise
-from keelwave.server.findings.normalise import _DECODER, _FREE, _KEEP, _TIME, _VOLATILE, _role
+from keelwave.server.findings.normalise import (
+    _FREE,
+    _KEEP,
+    _TIME,
+    _VOLATILE,
+    NO_JSON,
+    _role,
+    json_in,
+)
 from keelwave.server.findings.remembered import remembered
 
 LONGEST_PLAIN_WORD = 11  # a word of 12+ letters may be a random token (looks_random)
@@ -114,14 +122,10 @@ def _string(value: str, role: str, words: list[str], depth: int) -> None:
     if role == _KEEP:
         return
     stripped = value.strip()
-    if stripped[:1] in ("{", "[") and stripped[-1:] in ("}", "]"):
-        try:
-            decoded = _DECODER.decode(stripped)
-        except ValueError:
-            pass
-        else:
-            _walk(decoded, role, words, depth + 1)
-            return
+    decoded = json_in(stripped)
+    if decoded is not NO_JSON:
+        _walk(decoded, role, words, depth + 1)
+        return
     if not stripped or role == _VOLATILE:
         return
     if stripped.startswith(_URL_SCHEMES):

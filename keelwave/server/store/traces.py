@@ -231,19 +231,27 @@ async def _copy_new_spans(
             new.append((key[0], key[1], span))
             stored_ids[key[0]].append(key[1])
     if new:
-        _register_binary_bytes(cur)
-        async with cur.copy(
-            "COPY otlp_spans (project_id, trace_id, span_id, span) FROM STDIN (FORMAT BINARY)"
-        ) as copy:
-            copy.set_types(("uuid", "bytea", "bytea", "bytea"))
-            for trace, span_id, span in new:
-                await copy.write_row((project_id, trace, span_id, span))
+        await _copy_spans(cur, "otlp_spans", project_id, new)
     return [(trace, span_id) for trace, span_id, _ in new]
 
 
-def _register_binary_bytes(cur: psycopg.AsyncCursor) -> None:
+async def _copy_spans(
+    cur: psycopg.AsyncCursor,
+    table: str,
+    project_id: uuid.UUID,
+    spans: Sequence[tuple[bytes, bytes, bytes]],
+) -> None:
+    """(trace, span id, stored form) rows into ``table`` by binary COPY: as query
+    parameters they would be hex-encoded (in Python) and parsed back, twice their size
+    each way."""
     # The C dumper of bytes for bytea (psycopg picks a Python one by type): lane.py.
     cur.connection.adapters.register_dumper(bytes, psycopg.adapters.get_dumper(bytes, _BINARY))
+    async with cur.copy(
+        f"COPY {table} (project_id, trace_id, span_id, span) FROM STDIN (FORMAT BINARY)"
+    ) as copy:
+        copy.set_types(("uuid", "bytea", "bytea", "bytea"))
+        for trace, span_id, span in spans:
+            await copy.write_row((project_id, trace, span_id, span))
 
 
 async def _stored_spans(
@@ -402,17 +410,10 @@ async def _copy(
 async def _stage_spans(
     cur: psycopg.AsyncCursor, project_id: uuid.UUID, spans: Sequence[tuple[bytes, bytes, bytes]]
 ) -> None:
-    """The export's spans into kw_stage_spans by binary COPY (the staged way, step 2 of
-    the module docstring): as query parameters they would be hex-encoded (in Python)
-    and parsed back, twice their size each way."""
+    """The export's spans into kw_stage_spans (the staged way, step 2 of the module
+    docstring)."""
     await cur.execute(STAGE_SPANS_DDL)
-    _register_binary_bytes(cur)
-    async with cur.copy(
-        "COPY kw_stage_spans (project_id, trace_id, span_id, span) FROM STDIN (FORMAT BINARY)"
-    ) as copy:
-        copy.set_types(("uuid", "bytea", "bytea", "bytea"))
-        for trace, span_id, span in spans:
-            await copy.write_row((project_id, trace, span_id, span))
+    await _copy_spans(cur, "kw_stage_spans", project_id, spans)
 
 
 def _run_columns(project_id: uuid.UUID, runs: list[RunRow]) -> dict[str, Any]:

@@ -18,9 +18,9 @@ LOOPS = [
     "pydanticai_loop", "openaiagents_loop", "openaiagents_chatcompletions",
     "openaiagents_openllmetry_loop", "langgraph_loop", "langgraph_openllmetry_loop",
     "smolagents_loop", "strands_loop", "strands_latest_loop", "googleadk_loop",
-    "googleadk_legacy_loop",
+    "googleadk_legacy_loop", "pydanticai_openinference_loop",
 ]  # fmt: skip
-NESTED = ["pydanticai_nested", "strands_nested", "strands_latest_nested", "smolagents_nested",
+NESTED = ["pydanticai_nested", "pydanticai_openinference_nested", "strands_nested", "strands_latest_nested", "smolagents_nested",
           "openaiagents_agent_as_tool"]  # fmt: skip
 
 
@@ -131,6 +131,7 @@ def test_a_nested_agent_is_a_child_run(name: str) -> None:
     ("name", "reason", "step_failed"),
     [
         ("pydanticai_tool_error", "error", True),
+        ("pydanticai_openinference_tool_error", "error", True),
         ("openaiagents_tool_error", "clean", True),  # the model was told, and answered
         ("openaiagents_tool_error_fatal", "error", True),
         ("langgraph_tool_error", "error", True),

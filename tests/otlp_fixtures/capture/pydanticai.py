@@ -1,13 +1,14 @@
 """Capture pydantic-ai's built-in OpenTelemetry instrumentation (no network).
 
-Run: python tests/otlp_fixtures/capture/pydanticai.py
-Needs: pydantic-ai-slim opentelemetry-sdk opentelemetry-exporter-otlp-proto-common
+Run: python tests/otlp_fixtures/capture/pydanticai.py [builtin|openinference]
+Needs: pydantic-ai-slim opentelemetry-sdk opentelemetry-exporter-otlp-proto-common (and
+       openinference-instrumentation-pydantic-ai for openinference)
 
 The model is pydantic-ai's own FunctionModel: a Python function that looks at the
 conversation so far and returns the next ModelResponse, with explicit token usage
 and finish reasons so the numbers in the spans are known.
 
-Scenarios (one fixture each, pydanticai_<scenario>.json):
+Scenarios (one fixture each, pydanticai[_openinference]_<scenario>.json):
   loop        the tool is called three times with the same arguments, one call per
               model turn, then the model answers
   tool_error  the tool raises: first a ModelRetry (fed back to the model, which
@@ -22,6 +23,7 @@ Scenarios (one fixture each, pydanticai_<scenario>.json):
 from __future__ import annotations
 
 import asyncio
+import sys
 
 from _otlp import Capture
 from pydantic import BaseModel
@@ -38,7 +40,17 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.models.instrumented import InstrumentationSettings
 from pydantic_ai.usage import RequestUsage
 
-cap = Capture("keelwave-capture-pydanticai")
+# builtin: pydantic-ai's own spans (pydanticai_<scenario>.json); openinference: the same
+# spans given OpenInference's attributes too, by its span processor, which runs before
+# the exporter's (pydanticai_openinference_<scenario>.json).
+INSTRUMENTATION = sys.argv[1] if len(sys.argv) > 1 else "builtin"
+PREFIX = "pydanticai" if INSTRUMENTATION == "builtin" else "pydanticai_openinference"
+cap = Capture(f"keelwave-capture-pydanticai-{INSTRUMENTATION}")
+if INSTRUMENTATION == "openinference":
+    from openinference.instrumentation.pydantic_ai import OpenInferenceSpanProcessor
+
+    processors = cap.provider._active_span_processor
+    processors._span_processors = (OpenInferenceSpanProcessor(), *processors._span_processors)
 # This version has no Agent(instrument=...) argument any more: instrument_all (or an
 # Instrumentation capability) switches the instrumentation on.
 Agent.instrument_all(InstrumentationSettings(tracer_provider=cap.provider))
@@ -202,22 +214,22 @@ output_agent.tool_plain(get_weather)
 
 async def main() -> None:
     print((await loop_agent.run("Weather in Paris?")).output)
-    cap.save("pydanticai_loop")
+    cap.save(f"{PREFIX}_loop")
 
     try:
         await error_agent.run("Fetch example.com")
     except RuntimeError as exc:
         print("run failed as intended:", exc)
-    cap.save("pydanticai_tool_error")
+    cap.save(f"{PREFIX}_tool_error")
 
     print((await outer_agent.run("What is a keel?")).output)
-    cap.save("pydanticai_nested")
+    cap.save(f"{PREFIX}_nested")
 
     print((await parallel_agent.run("Weather in Oslo?")).output)
-    cap.save("pydanticai_parallel")
+    cap.save(f"{PREFIX}_parallel")
 
     print((await output_agent.run("Forecast for Rome?")).output)
-    cap.save("pydanticai_output_tool")
+    cap.save(f"{PREFIX}_output_tool")
     cap.shutdown()
 
 

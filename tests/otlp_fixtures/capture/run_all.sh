@@ -22,7 +22,10 @@ env_for() {  # env_for NAME PACKAGES...: a venv with exactly these packages (and
 
 cd "$here"
 py=$(env_for pydanticai pydantic-ai-slim==2.68.0 $otel)
-"$py" pydanticai.py
+"$py" pydanticai.py builtin
+py=$(env_for pydanticai-openinference pydantic-ai-slim==2.68.0 \
+    openinference-instrumentation-pydantic-ai==0.1.30 $otel)
+"$py" pydanticai.py openinference
 py=$(env_for openaiagents-openinference openai-agents==0.24.0 openai==3.57.0 \
     openinference-instrumentation-openai-agents==2.6.0 $otel)
 "$py" openaiagents.py openinference

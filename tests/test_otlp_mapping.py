@@ -18,9 +18,10 @@ LOOPS = [
     "pydanticai_loop", "openaiagents_loop", "openaiagents_chatcompletions",
     "openaiagents_openllmetry_loop", "langgraph_loop", "langgraph_openllmetry_loop",
     "smolagents_loop", "strands_loop", "strands_latest_loop", "googleadk_loop",
-    "googleadk_legacy_loop", "pydanticai_openinference_loop",
+    "googleadk_legacy_loop", "pydanticai_openinference_loop", "langgraph_genai_loop",
 ]  # fmt: skip
-NESTED = ["pydanticai_nested", "pydanticai_openinference_nested", "strands_nested", "strands_latest_nested", "smolagents_nested",
+NESTED = ["pydanticai_nested", "pydanticai_openinference_nested", "langgraph_genai_nested",
+          "strands_nested", "strands_latest_nested", "smolagents_nested",
           "openaiagents_agent_as_tool"]  # fmt: skip
 
 
@@ -136,6 +137,8 @@ def test_a_nested_agent_is_a_child_run(name: str) -> None:
         ("openaiagents_tool_error_fatal", "error", True),
         ("langgraph_tool_error", "error", True),
         ("langgraph_tool_error_handled", "clean", True),
+        ("langgraph_genai_tool_error", "error", True),
+        ("langgraph_genai_tool_error_handled", "clean", True),
         ("strands_tool_error", "clean", True),
         ("googleadk_tool_error", "error", True),
         ("googleadk_legacy_tool_error", "error", True),

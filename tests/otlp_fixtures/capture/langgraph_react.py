@@ -6,7 +6,10 @@ Run: python tests/otlp_fixtures/capture/langgraph_react.py openinference
      python tests/otlp_fixtures/capture/langgraph_react.py openllmetry
        needs langgraph langchain-core opentelemetry-instrumentation-langchain (traceloop)
        writes langgraph_openllmetry_<scenario>.json
-Both need opentelemetry-sdk opentelemetry-exporter-otlp-proto-common. The two
+     python tests/otlp_fixtures/capture/langgraph_react.py genai
+       needs langgraph langchain-core opentelemetry-instrumentation-genai-langchain
+       (OpenTelemetry's own, GenAI conventions) writes langgraph_genai_<scenario>.json
+All need opentelemetry-sdk opentelemetry-exporter-otlp-proto-common. The
 instrumentors each hook LangChain's callbacks: install and run one at a time (the
 README's re-run commands use a virtual environment per instrumentation).
 
@@ -36,6 +39,7 @@ Scenarios (one fixture each), all with
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
@@ -58,8 +62,20 @@ elif INSTRUMENTATION == "openllmetry":
 
     LangchainInstrumentor().instrument(tracer_provider=cap.provider)
     PREFIX = "langgraph_openllmetry"
+elif INSTRUMENTATION == "genai":
+    # The upstream GenAI instrumentation records content only when told to, and only
+    # in the latest GenAI conventions.
+    os.environ["OTEL_SEMCONV_STABILITY_OPT_IN"] = "gen_ai_latest_experimental"
+    os.environ["OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"] = "SPAN_ONLY"
+    from opentelemetry.instrumentation.genai.langchain import LangChainInstrumentor
+
+    # (It declares a dependency on the langchain package, which LangGraph does not need.)
+    LangChainInstrumentor().instrument(tracer_provider=cap.provider, skip_dep_check=True)
+    PREFIX = "langgraph_genai"
 else:
-    raise SystemExit(f"unknown instrumentation {INSTRUMENTATION!r}: openinference or openllmetry")
+    raise SystemExit(
+        f"unknown instrumentation {INSTRUMENTATION!r}: openinference, openllmetry or genai"
+    )
 
 
 class ScriptedChatModel(FakeMessagesListChatModel):

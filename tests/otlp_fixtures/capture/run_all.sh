@@ -38,6 +38,9 @@ py=$(env_for langgraph-openinference langgraph==1.2.24 langchain-core==1.8.3 \
 py=$(env_for langgraph-openllmetry langgraph==1.2.24 langchain-core==1.8.3 \
     opentelemetry-instrumentation-langchain==0.62.4 $otel)
 "$py" langgraph_react.py openllmetry
+py=$(env_for langgraph-genai langgraph==1.2.24 langchain-core==1.8.3 \
+    opentelemetry-instrumentation-genai-langchain==1.3b0 $otel)
+"$py" langgraph_react.py genai
 py=$(env_for smolagents-openinference smolagents==1.26.0 openai==3.57.0 \
     openinference-instrumentation-smolagents==0.1.43 $otel)
 "$py" smolagents_openinference.py

@@ -19,10 +19,11 @@ LOOPS = [
     "openaiagents_openllmetry_loop", "langgraph_loop", "langgraph_openllmetry_loop",
     "smolagents_loop", "strands_loop", "strands_latest_loop", "googleadk_loop",
     "googleadk_legacy_loop", "pydanticai_openinference_loop", "langgraph_genai_loop",
+    "openaiagents_genai_loop",
 ]  # fmt: skip
 NESTED = ["pydanticai_nested", "pydanticai_openinference_nested", "langgraph_genai_nested",
           "strands_nested", "strands_latest_nested", "smolagents_nested",
-          "openaiagents_agent_as_tool"]  # fmt: skip
+          "openaiagents_agent_as_tool", "openaiagents_genai_agent_as_tool"]  # fmt: skip
 
 
 def runs_of(name: str, spans: list | None = None) -> list[mapping.MappedRun]:
@@ -146,6 +147,9 @@ def test_a_nested_agent_is_a_child_run(name: str) -> None:
         ("llamaindex_openllmetry_tool_error", "clean", True),  # (is_error in its output)
         ("openaiagents_max_turns", "max_steps_reached", False),
         ("openaiagents_openllmetry_max_turns", "max_steps_reached", False),
+        ("openaiagents_genai_max_turns", "max_steps_reached", False),
+        ("openaiagents_genai_tool_error", "clean", True),
+        ("openaiagents_genai_tool_error_fatal", "error", True),
     ],
 )
 def test_errors_and_step_limits(name: str, reason: str, step_failed: bool) -> None:

@@ -6,7 +6,10 @@ Run: python tests/otlp_fixtures/capture/openaiagents.py openinference
      python tests/otlp_fixtures/capture/openaiagents.py openllmetry
        needs openai-agents opentelemetry-instrumentation-openai-agents (traceloop)
        writes openaiagents_openllmetry_<scenario>.json
-Both need opentelemetry-sdk opentelemetry-exporter-otlp-proto-common.
+     python tests/otlp_fixtures/capture/openaiagents.py genai
+       needs openai-agents opentelemetry-instrumentation-genai-openai-agents
+       (OpenTelemetry's own, GenAI conventions) writes openaiagents_genai_<scenario>.json
+All need opentelemetry-sdk opentelemetry-exporter-otlp-proto-common.
 
 In the Agents SDK the *model* opens the span for a model call (the Responses model a
 ``response`` span, the Chat Completions model a ``generation`` span); the runner only
@@ -37,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 
 from _otlp import Capture
@@ -77,8 +81,20 @@ elif INSTRUMENTATION == "openllmetry":
     set_trace_processors([])  # drop the SDK's uploader; the instrumentor adds its own
     OpenAIAgentsInstrumentor().instrument(tracer_provider=cap.provider)
     PREFIX = "openaiagents_openllmetry"
+elif INSTRUMENTATION == "genai":
+    # OpenTelemetry's own (GenAI conventions); content only when told to.
+    os.environ["OTEL_SEMCONV_STABILITY_OPT_IN"] = "gen_ai_latest_experimental"
+    os.environ["OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"] = "SPAN_ONLY"
+    from opentelemetry.instrumentation.genai.openai_agents import OpenAIAgentsInstrumentor
+
+    OpenAIAgentsInstrumentor().instrument(
+        tracer_provider=cap.provider, disable_openai_trace_export=True
+    )
+    PREFIX = "openaiagents_genai"
 else:
-    raise SystemExit(f"unknown instrumentation {INSTRUMENTATION!r}: openinference or openllmetry")
+    raise SystemExit(
+        f"unknown instrumentation {INSTRUMENTATION!r}: openinference, openllmetry or genai"
+    )
 
 # What an OpenAI model sends: the arguments as a JSON string (note the spacing).
 LOOP_ARGS = '{"city": "Paris",  "unit": "celsius"}'

@@ -259,6 +259,25 @@ def test_workers_share_the_port_and_leave_with_the_first(fresh_db_url: str, tmp_
     assert not alive
 
 
+def test_one_process_of_a_server_judges_runs(fresh_db_url: str, tmp_path: Path) -> None:
+    """The verdict keeper runs in one process of a `serve`: with two, each run was
+    judged twice, its steps read back and normalised twice, for the same verdict."""
+    log = tmp_path / "serve.log"
+    server = ServeProcess(
+        "--database-url", fresh_db_url, "--workers", "3", "--log-level", "info", log=log
+    )
+    try:
+        for _ in range(50):  # (the last process says so as it starts, like the others)
+            keepers = log.read_text().count("judges the runs' verdicts")
+            if keepers:
+                break
+            threading.Event().wait(0.1)
+        threading.Event().wait(0.5)
+        assert log.read_text().count("judges the runs' verdicts") == 1, log.read_text()
+    finally:
+        server.stop()
+
+
 def test_a_second_server_on_a_busy_port_refuses_to_start(
     fresh_db_url: str, db_url: str, tmp_path: Path
 ) -> None:

@@ -9,7 +9,6 @@ signature (see :mod:`keelwave.cli.commands`).
 
 from __future__ import annotations
 
-import logging
 import os
 from typing import TYPE_CHECKING, Annotated
 
@@ -71,10 +70,7 @@ def serve(
     from keelwave.db import migrate as migrations
     from keelwave.server.ingest.pricing import PriceTable, PriceTableError
 
-    logging.basicConfig(
-        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    logging.getLogger("alembic").setLevel(logging.WARNING)
+    workers_mod.configure_logging(log_level)
     settings = settings_from(
         host=host, port=port, database_url=database_url, data_dir=data_dir, workers=workers,
         otlp_grpc_port=otlp_grpc_port,
@@ -117,7 +113,9 @@ def serve(
         async def when_listening(port: int) -> None:
             # (blocking: the others must be listening before we say we are)
             await asyncio.to_thread(
-                lambda: children.extend(workers_mod.start(count - 1, settings, conninfo))
+                lambda: children.extend(
+                    workers_mod.start(count - 1, settings, conninfo, log_level=log_level)
+                )
             )
             url = f"http://{_display_host(settings.host)}:{port}"
             if first_key is not None:

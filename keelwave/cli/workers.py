@@ -20,6 +20,7 @@ the first process disappears, even by ``kill -9``.
 from __future__ import annotations
 
 import asyncio
+import logging
 import multiprocessing
 import os
 import queue
@@ -44,10 +45,21 @@ class WorkerFailed(Exception):
     """A worker process ended before it was listening."""
 
 
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def configure_logging(level: str) -> None:
+    """The log of a serve process, the first or another: ``spawn`` starts each in a
+    fresh interpreter, which logs nothing below a warning unless told."""
+    logging.basicConfig(level=level.upper(), format=LOG_FORMAT)
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+
+
 def start(
-    count: int, settings: Settings, conninfo: str, timeout: float = 120
+    count: int, settings: Settings, conninfo: str, timeout: float = 120, log_level: str = "info"
 ) -> list[multiprocessing.Process]:
-    """Start ``count`` workers and return once every one of them is listening.
+    """Start ``count`` workers besides the first process (the caller) and return once
+    every one of them is listening.
 
     Raises WorkerFailed if one exits first (its error is in the log), or if
     they are not all listening after ``timeout`` seconds.
@@ -59,11 +71,12 @@ def start(
         own = settings
         if settings.metrics_port:  # each process its own metrics port
             own = settings.model_copy(update={"metrics_port": settings.metrics_port + number + 1})
-        if number:  # one verdict keeper per server, never two doing the same work
-            own = own.model_copy(update={"server_verdicts": False})
+        # One verdict keeper per server, never two doing the same work: the first
+        # process's (the caller's), so none of these.
+        own = own.model_copy(update={"server_verdicts": False})
         process = context.Process(
             target=_worker,
-            args=(own.model_dump(mode="json"), conninfo, os.getpid(), listening),
+            args=(own.model_dump(mode="json"), conninfo, os.getpid(), listening, log_level),
             name=f"keelwave-worker-{number + 1}",
             daemon=True,
         )
@@ -104,7 +117,10 @@ def stop(processes: list[multiprocessing.Process], timeout: float = 30) -> None:
             process.kill()
 
 
-def _worker(settings_data: dict[str, Any], conninfo: str, parent_pid: int, listening: Any) -> None:
+def _worker(
+    settings_data: dict[str, Any], conninfo: str, parent_pid: int, listening: Any, log_level: str
+) -> None:
+    configure_logging(log_level)
     settings = Settings(**settings_data)
 
     async def say_listening(port: int) -> None:

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 import uuid
 from collections.abc import Callable
@@ -235,6 +236,7 @@ class VerdictKeeper:
         self._wakeup.set()
 
     def start(self) -> None:
+        log.info("this process (pid %d) judges the runs' verdicts", os.getpid())
         self._task = asyncio.create_task(self._run(), name="keelwave-verdicts")
 
     async def stop(self) -> None:

@@ -476,10 +476,12 @@ def test_keelwave_serve_takes_grpc_on_every_worker(db_url: str, tmp_path: Path) 
     )  # fmt: skip
     exporters: list[OTLPSpanExporter] = []
     try:
-        assert served.stderr().count(f"OTLP/gRPC listening on 127.0.0.1:{port}") == 1
         http_port = int(served.url.rsplit(":", 1)[1])
         processes = server_processes(served)
         assert len(processes) == 2
+        for pid in processes:  # each process says so, in the server's log
+            said = f"OTLP/gRPC listening on 127.0.0.1:{port} (process {pid})"
+            assert served.stderr().count(said) == 1, served.stderr()
         # Both processes listen on the one port (SO_REUSEPORT),…
         assert all(listening_ports(pid) == {http_port, port} for pid in processes)
         project = make_project(db_url)

@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import errno
 import logging
+import os
 from collections.abc import AsyncIterator
 
 import grpc
@@ -210,7 +211,7 @@ async def serving(
         await server.stop(None)
         raise OSError(errno.EADDRINUSE, f"cannot listen for OTLP/gRPC on {address}") from None
     await server.start()
-    log.info("OTLP/gRPC listening on %s", address)
+    log.info("OTLP/gRPC listening on %s (process %d)", address, os.getpid())
     try:
         yield bound
     finally:

@@ -95,6 +95,19 @@ def test_llamaindex(name: str, root: str) -> None:
     ]  # fmt: skip
 
 
+def test_a_tool_error_llamaindex_kept_in_its_output_fails_the_step_however_spaced() -> None:
+    spans = decode.from_json((FIXTURES / "llamaindex_openllmetry_tool_error.json").read_bytes())
+    for span in spans:
+        output = span.attributes.get("traceloop.entity.output")
+        if "tool.name" in span.attributes and isinstance(output, str):
+            span.attributes["traceloop.entity.output"] = json.dumps(
+                json.loads(output), separators=(",", ":")
+            )
+    [run] = runs_of("llamaindex_openllmetry_tool_error", spans)
+    [step] = run.steps
+    assert step.error == "connection refused: https://example.com/"
+
+
 def test_a_model_span_around_another_is_not_a_second_call() -> None:
     """A framework's LLM span around the provider client's (OpenInference's LangChain
     and OpenAI instrumentors on together): one call, the innermost, not two."""

@@ -201,7 +201,7 @@ def tool_failure(span: Span) -> str | None:
     """A tool that failed without failing its span: LlamaIndex hands a tool's exception
     to the model as an output marked ``is_error`` (OpenLLMetry keeps only that)."""
     raw = span.attributes.get("traceloop.entity.output")
-    if not isinstance(raw, str) or '"is_error": true' not in raw:
+    if not isinstance(raw, str) or '"is_error"' not in raw:  # (most outputs: no parse)
         return None
     parsed = _parsed(raw)
     output = parsed.get("tool_output") if _is_tool_call_result(parsed) else parsed

@@ -117,28 +117,17 @@ async def run(agent: LlmAgent, question: str) -> None:
         pass  # the tool_error scenario: the exception ends the run
 
 
-asyncio.run(
-    run(
-        LlmAgent(
-            name="weather_agent",
-            model=ScriptedModel(model="fake-loop-model"),
-            instruction="Answer questions about the weather.",
-            tools=[get_weather],
-        ),
-        "What is the weather in Paris?",
+# scenario: (agent, its model, instruction, tool, question)
+SCENARIOS = {
+    "loop": ("weather_agent", "fake-loop-model", "Answer questions about the weather.",
+             get_weather, "What is the weather in Paris?"),
+    "tool_error": ("browser_agent", "fake-error-model", "Fetch pages.",
+                   fetch_page, "What does example.com say?"),
+}  # fmt: skip
+for scenario, (name, model, instruction, tool, question) in SCENARIOS.items():
+    agent = LlmAgent(
+        name=name, model=ScriptedModel(model=model), instruction=instruction, tools=[tool]
     )
-)
-cap.save(f"{PREFIX}_loop")
-asyncio.run(
-    run(
-        LlmAgent(
-            name="browser_agent",
-            model=ScriptedModel(model="fake-error-model"),
-            instruction="Fetch pages.",
-            tools=[fetch_page],
-        ),
-        "What does example.com say?",
-    )
-)
-cap.save(f"{PREFIX}_tool_error")
+    asyncio.run(run(agent, question))
+    cap.save(f"{PREFIX}_{scenario}")
 cap.shutdown()

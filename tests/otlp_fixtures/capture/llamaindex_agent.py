@@ -160,30 +160,27 @@ def fetch_page(url: str) -> str:
     raise RuntimeError(f"connection refused: {url}")
 
 
+# scenario: (agent, its model, system prompt, tool, question)
+SCENARIOS = {
+    "loop": ("weather_agent", "fake-loop-model", "Answer about the weather.", get_weather,
+             "What is the weather in Paris?"),
+    "tool_error": ("browser_agent", "fake-error-model", "Fetch.", fetch_page,
+                   "What does example.com say?"),
+}  # fmt: skip
+
+
 async def main():
-    agent = FunctionAgent(
-        name="weather_agent",
-        description="weather",
-        tools=[FunctionTool.from_defaults(get_weather)],
-        llm=ScriptedLLM(model="fake-loop-model"),
-        system_prompt="Answer about the weather.",
-        streaming=False,
-    )
-    print(await agent.run(user_msg="What is the weather in Paris?"))
-    cap.save(f"{PREFIX}_loop")
-    agent = FunctionAgent(
-        name="browser_agent",
-        description="web",
-        tools=[FunctionTool.from_defaults(fetch_page)],
-        llm=ScriptedLLM(model="fake-error-model"),
-        system_prompt="Fetch.",
-        streaming=False,
-    )
-    try:
-        print(await agent.run(user_msg="What does example.com say?"))
-    except Exception as e:
-        print("raised", type(e).__name__)
-    cap.save(f"{PREFIX}_tool_error")
+    for scenario, (name, model, prompt, tool, question) in SCENARIOS.items():
+        agent = FunctionAgent(
+            name=name,
+            description=name,
+            tools=[FunctionTool.from_defaults(tool)],
+            llm=ScriptedLLM(model=model),
+            system_prompt=prompt,
+            streaming=False,
+        )
+        print(await agent.run(user_msg=question))  # (the agent tells the model of errors)
+        cap.save(f"{PREFIX}_{scenario}")
 
 
 asyncio.run(main())

@@ -220,3 +220,21 @@ def server(db_url: str, tmp_path_factory):
 def query(db_url: str, sql: str, params: tuple = ()) -> list[tuple]:
     with psycopg.connect(db_url) as conn:
         return conn.execute(sql, params).fetchall()
+
+
+def assert_sketches_stored(db_url: str, project_id: str) -> int:
+    """Every tool step of the project keeps the sketch of its input as stored (what the
+    verdict keeper groups by, findings/sketch.py), a step without a tool none; returns
+    how many tool steps there are."""
+    from keelwave.server.findings.sketch import stored_sketch
+
+    rows = query(
+        db_url,
+        "SELECT step_index, tool_name, tool_input::text, input_sketch FROM agent_steps "
+        "WHERE project_id = %s",
+        (uuid.UUID(project_id),),
+    )
+    for index, tool, tool_input, sketch in rows:
+        raw = None if tool_input is None else tool_input.encode("utf-8", "surrogatepass")
+        assert sketch == stored_sketch(tool, raw), (index, tool, tool_input)
+    return sum(tool is not None for _, tool, _, _ in rows)

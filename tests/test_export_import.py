@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
-from conftest import create_database, drop_database, make_project, query
+from conftest import assert_sketches_stored, create_database, drop_database, make_project, query
 from serve_process import ServeProcess, keelwave
 
 NOW = datetime.now(UTC).replace(microsecond=0)
@@ -174,6 +174,7 @@ def test_a_project_moves_to_another_server_with_identical_loops(servers, tmp_pat
         {"p": uuid.UUID(theirs.id)},  # type: ignore[arg-type]
     )
     assert counts == [(4, 8, 3)]
+    assert assert_sketches_stored(target_url, theirs.id) > 0  # derived again, not exported
 
 
 def test_export_filters_and_import_from_stdin(servers, tmp_path) -> None:

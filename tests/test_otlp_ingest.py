@@ -12,7 +12,7 @@ import zlib
 
 import aiohttp
 import pytest
-from conftest import Api, make_project, make_settings, query
+from conftest import Api, assert_sketches_stored, make_project, make_settings, query
 from google.rpc import status_pb2
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 from otlp_exports import ALL, document, export_of, spans_of, split, to_protobuf
@@ -155,6 +155,7 @@ async def test_each_frameworks_trace_is_stored_as_it_maps(api, db_url: str, name
             (step.step_index, step.tool_name, step.fingerprint) for step in run.steps
         ]
     assert data["run_rollups"] == rollups_recomputed(db_url, project.id)
+    assert assert_sketches_stored(db_url, project.id) == sum(len(r.steps) for r in expected)
     for run in expected:
         status, loops, _ = await api.get(
             f"/v1/projects/{project.name}/agent/runs/{run.run_id}/loops", headers=project.auth()
@@ -197,6 +198,7 @@ async def test_split_reordered_and_retried_exports_store_what_one_export_does(
     assert got["run_rollups"] == expected["run_rollups"]
     assert got["tool_rollups"] == expected["tool_rollups"]
     assert got["run_rollups"] == rollups_recomputed(db_url, pieces.id)
+    assert assert_sketches_stored(db_url, pieces.id) == len(expected["steps"])
 
 
 async def test_a_retried_export_is_accepted_and_stores_nothing_twice(api, project, db_url) -> None:

@@ -131,8 +131,18 @@ texts = (
     | st.sampled_from(FRAGMENTS)
     | st.text(max_size=20)
 )
+# Numbers near_key treats apart: clock readings in seconds, milliseconds and
+# microseconds (masked) and minute-aligned ones (kept), integral floats (read as ints
+# below 2^53), negative zero.
+NUMBERS = [1764633600, 1764633645, 1764633645123, 1764633600000, 1764633645.25, 1764633645123456,
+           1.0, -0.0, 2.5, 1e20, 2.0**53, 2.0**53 + 2, 9007199254740993, -3]  # fmt: skip
 scalars = (
-    texts | st.integers(-(10**19), 10**19) | st.floats(allow_nan=False) | st.booleans() | st.none()
+    texts
+    | st.integers(-(10**19), 10**19)
+    | st.floats(allow_nan=False)
+    | st.sampled_from(NUMBERS)
+    | st.booleans()
+    | st.none()
 )
 values = st.recursive(
     scalars,

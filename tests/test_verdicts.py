@@ -7,7 +7,7 @@ import asyncio
 import uuid
 
 import aiohttp
-from conftest import Api, Project, query
+from conftest import Api, Project, assert_sketches_stored, query
 from psycopg_pool import AsyncConnectionPool
 
 from keelwave.server.store import verdicts
@@ -264,3 +264,70 @@ async def test_the_keeper_never_waits_for_a_run_a_writer_holds(
             writer.close()
         for run_id in (held, free):
             assert (await run(own, project, run_id))["detected_loop"] is True
+
+
+async def test_the_keeper_reads_back_only_the_inputs_that_may_be_near_duplicates(
+    api: Api, project: Project, db_url: str
+) -> None:
+    """Each step keeps its input's sketch; the keeper reads the inputs of the calls whose
+    sketch three share (the near-duplicates' candidates), not those of the other calls,
+    and the outputs of three calls of one tool in a row only."""
+    run_id = await start(api, project)
+    lookups = [("lookup", {"order": "A-1", "request_id": str(uuid.uuid4())}, {"n": n})
+               for n in range(3)]  # fmt: skip
+    fetches = [("fetch", {"topic": word}, {"n": n})
+               for n, word in enumerate(("alpha", "beta", "gamma"))]  # fmt: skip
+    await steps(api, project, run_id, [*lookups, *fetches])
+    status, _, _ = await api.post(
+        "/v1/ingest/agent/steps",
+        json={"run_id": run_id, "step_index": 7, "step_type": "think", "content": "hm"},
+        headers=project.auth(),
+    )
+    assert status == 200
+    data = await judged(api, project, db_url, run_id, 7)
+    assert data["findings"] == ["near_duplicate"] and not data["detected_loop"]
+    assert assert_sketches_stored(db_url, project.id) == 6
+
+    read = verdicts.CALLS_OF_RUN.format(project="%s", run="%s")
+    rows = query(db_url, read, (uuid.UUID(project.id), uuid.UUID(run_id)))
+    got = {index: (tool_input is not None, output is not None)
+           for index, _, _, _, tool_input, output in rows}  # fmt: skip
+    # steps 1-3: alike once the request id is masked; 4-6: a tool called three times
+    # whose inputs share no sketch. Both are three calls of one tool in a row.
+    assert got == {1: (True, True), 2: (True, True), 3: (True, True),
+                   4: (False, True), 5: (False, True), 6: (False, True)}  # fmt: skip
+
+
+async def test_runs_with_steps_stored_before_sketches_get_the_same_verdict(
+    db_url: str, project: Project, aiohttp_server
+) -> None:
+    """Steps stored before migration 0019 have no sketch: the keeper sketches their inputs
+    itself, in runs wholly from before and in runs half before, half after."""
+    import psycopg
+    from conftest import make_settings
+
+    from keelwave.server.app import create_app
+
+    server = await aiohttp_server(create_app(make_settings(server_verdicts=False), db_url))
+    async with aiohttp.ClientSession() as session:
+        own = Api(str(server.make_url("")).rstrip("/"), session)
+        calls = [("lookup", {"order": "A-1", "request_id": str(uuid.uuid4())}, None)
+                 for _ in range(3)] + [("fetch", {"url": f"https://x.io/{n}"}, None)
+                                       for n in range(3)]  # fmt: skip
+        runs = {}
+        for unsketched in ("none", "some", "all"):
+            runs[unsketched] = await start(own, project)
+            await steps(own, project, runs[unsketched], calls)
+        with psycopg.connect(db_url, autocommit=True) as conn:
+            for unsketched, steps_before in (("some", [1, 4]), ("all", [1, 2, 3, 4, 5, 6])):
+                conn.execute(
+                    "UPDATE agent_steps SET input_sketch = NULL WHERE project_id = %s "
+                    "AND run_id = %s AND step_index = ANY(%s)",
+                    (uuid.UUID(project.id), uuid.UUID(runs[unsketched]), steps_before),
+                )
+        async with AsyncConnectionPool(db_url, kwargs={"autocommit": True}, open=False) as pool:
+            judged_now = await verdicts.judge(pool)
+        assert {str(run) for _, run in judged_now} >= set(runs.values())
+        for run_id in runs.values():
+            data = await run(own, project, run_id)
+            assert data["findings"] == ["near_duplicate"], data

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 import pytest
 from conftest import make_project, query
 
+from keelwave.server.findings.sketch import stored_sketch
 from keelwave.server.store import lane as lane_module
 from keelwave.server.store.writer import IngestWriter, RowsRejected
 
@@ -20,7 +21,7 @@ assert 4 * 3 <= lane_module.INLINE_ROWS < 70
 def step(project_id: str, run_id: uuid.UUID, index: int, step_type: str = "tool_call") -> tuple:
     return (
         uuid.UUID(project_id), run_id, index, step_type, "grep", b'{"q": 1}', None, None,
-        b"\x01" * 32, datetime.now(UTC), 5.0, None, None,
+        b"\x01" * 32, datetime.now(UTC), 5.0, None, None, stored_sketch("grep", b'{"q": 1}'),
     )  # fmt: skip
 
 

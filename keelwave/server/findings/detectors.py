@@ -59,13 +59,13 @@ Findings are ordered by ``began_at_step``, the first step of the pattern (as for
 
 Cost: linear in the number of steps. Grouping is in dictionaries; the cycle search
 compares integers, O(n · 8); the input of each call of a tool called 3+ times is
-sketched (``sketch.near_sketch``: its plain words) and normalised only when three
-calls share a sketch; an output is parsed once per distinct output inside a block of
-3+ consecutive calls to one tool (nothing else can be a near-duplicate or a
-stretch without progress). ``bench/findings_quality.py`` measures it: a few tens
-of µs per step on CPython, so a writer that recomputes a long run on every new
-step should keep the per-step keys (``normalise.near_key``, the output's
-``canonical``) rather than recompute them.
+sketched (``sketch.near_sketch``: its plain words; the store keeps each step's
+sketch, ``StepView.sketch``) and normalised only when three calls share a sketch;
+an output is parsed once per distinct output inside a block of 3+ consecutive calls
+to one tool (nothing else can be a near-duplicate or a stretch without progress).
+``bench/findings_quality.py`` measures it: a few tens of µs per step on CPython
+where nothing is kept, so the server keeps the sketches of stored steps and
+remembers the near keys (``normalise.near_key``) rather than recompute them.
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ from typing import Any
 
 from keelwave.server.findings import normalise
 from keelwave.server.findings.cycles import repeated_regions
-from keelwave.server.findings.sketch import near_sketch
+from keelwave.server.findings.sketch import near_sketch, sketch_number
 
 KINDS = ("exact_loop", "cycle", "near_duplicate", "no_progress")
 NEAR_DUPLICATE_MIN_CALLS = 3
@@ -116,6 +116,9 @@ class StepView:
     # other call, as /loops leaves it out: never in an exact loop, a cycle or a
     # near-duplicate, nor a different input in a stretch without progress.
     input_known: bool = True
+    # The input's sketch number (sketch.py) as the store computed it when the step came;
+    # None: computed here from tool_input.
+    sketch: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,9 +230,13 @@ def near_duplicates(
     )
     # Equal near keys need equal sketches (sketch.py), three to five times cheaper: only the
     # calls whose sketch three or more of the tool's calls share are worth normalising.
-    alike: dict[tuple[str, str], list[int]] = defaultdict(list)
+    alike: dict[tuple[str, int], list[int]] = defaultdict(list)
     for position in candidates:
-        alike[(calls[position].tool_name, near_sketch(inputs[position] or None))].append(position)
+        call = calls[position]
+        sketch = call.sketch
+        if sketch is None:
+            sketch = sketch_number(near_sketch(inputs[position] or None))
+        alike[(call.tool_name, sketch)].append(position)
     for (tool, _), positions in alike.items():
         if len(positions) < NEAR_DUPLICATE_MIN_CALLS:
             continue

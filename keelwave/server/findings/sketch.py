@@ -10,16 +10,24 @@ sketch first and normalises only the calls whose sketch three or more share; the
 findings are exactly what they were.
 
 The sketch is the sorted multiset of the input's *plain words*: a whitespace-separated
-word of a string value that, case-folded, is 1–2 or 4–11 ASCII letters. Values
-under keys whose text ``near_key`` keeps exactly (pagination, ranges: ``_KEEP``) or
-masks whole (per-call ids: ``_VOLATILE``; clock readings: a ``_TIME`` value with a
-digit) give none. Why the property holds: the sketch equals ``of_key(near_key(raw))``,
-the same words read from the near key's own value (roles from its keys, which are
-the input's), because ``near_key`` keeps every plain word as its case-folded self:
+word of a string value that, case-folded, is 1–2 or 4–11 ASCII letters; and of its
+*plain numbers*: a JSON number that is not a clock reading (``_epoch_is_clock``),
+written as ``normalise.parse`` reads it (an integral float below 2^53 as an int).
+Values under keys whose text ``near_key`` keeps exactly (pagination, ranges:
+``_KEEP``) or masks whole (per-call ids: ``_VOLATILE``; clock readings: a ``_TIME``
+value with a digit) give none. (Numbers matter: calls that differ only in a line
+number, a limit or a step counter are common, and their near keys differ.)
+
+Why the property holds: the sketch equals ``of_key(near_key(raw))``, the same words
+read from the near key's own value (roles from its keys, which are the input's),
+because ``near_key`` keeps every plain word as its case-folded self:
 
 - no mask touches one: a date, epoch or UUID has digits or dashes; the words of an
   HTTP date without digits are three letters (``May``, ``GMT``), left out; a
   random-looking token without digits has 12 or more characters;
+- ``near_key`` keeps every plain number as the number it is (it masks a number only
+  under a per-call key, or one that looks like a clock reading, in either pass), and
+  the number read back from its text is the one ``normalise.parse`` reads;
 - case folding is idempotent (checked over every code point), so words read from
   the already folded key are the same words; folding never makes whitespace, and
   masks hold none, so the words around a mask stay words;
@@ -35,12 +43,20 @@ Where that reasoning does not reach (bytes ``msgspec`` does not read exactly as
 sketch is computed the slow way, ``of_key(near_key(raw))``: right by construction.
 tests/test_sketch.py checks the equality on the findings corpus and generated inputs.
 
-Sketches are remembered like normalise.py's keys: a run still receiving steps (above
-all one sent as OpenTelemetry spans, export after export) is judged again and again.
+Each stored step keeps its input's sketch as a number (``sketch_number``, in
+``agent_steps.input_sketch``), computed once when the step is stored: the verdict
+keeper then groups a run's calls without reading their inputs back, and reads only
+the inputs of calls whose sketch three or more share (store/verdicts.py). Two
+different sketches may hash to one number; that only makes a group larger, and the
+near keys still decide. Sketches computed here for steps stored without one are
+remembered like normalise.py's keys: a run still receiving steps (above all one sent
+as OpenTelemetry spans, export after export) is judged again and again.
 """
 
 from __future__ import annotations
 
+import hashlib
+import math
 import re
 from typing import Any
 
@@ -50,9 +66,11 @@ from keelwave.server.findings import normalise
 from keelwave.server.findings.normalise import (
     _FREE,
     _KEEP,
+    _SUBJECT,
     _TIME,
     _VOLATILE,
     NO_JSON,
+    _epoch_is_clock,
     _role,
     json_in,
 )
@@ -79,8 +97,7 @@ def _plain_words(text: str, words: list[str]) -> None:
     ]
 
 
-@remembered(normalise.KEY_CACHE_BYTES)
-def near_sketch(raw: bytes | None) -> str:
+def sketch_text(raw: bytes | memoryview | None) -> str:
     """The sorted plain words of the input (module docstring): equal near keys imply
     equal sketches."""
     if raw is None:
@@ -89,9 +106,28 @@ def near_sketch(raw: bytes | None) -> str:
     try:
         _walk(_TOP.decode(raw), _FREE, words, 0)
     except (_SlowWay, msgspec.MsgspecError, RecursionError):
-        return of_key(normalise.near_key(raw))
+        return of_key(normalise.near_key(bytes(raw)))
     words.sort()
     return " ".join(words)
+
+
+near_sketch = remembered(normalise.KEY_CACHE_BYTES)(sketch_text)
+
+
+# Stored sketches were computed by this module as it was then: a change to what a
+# sketch holds needs a migration that sets agent_steps.input_sketch to NULL (the keeper
+# then sketches those steps' inputs itself), or old and new sketches of equal inputs
+# would differ.
+def sketch_number(sketch: str) -> int:
+    """A sketch as the signed 64-bit integer agent_steps.input_sketch stores."""
+    digest = hashlib.blake2b(sketch.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+def stored_sketch(tool_name: str | None, stored_input: bytes | memoryview | None) -> int | None:
+    """What a step stores as its input_sketch: the sketch number of its input as stored
+    (redacted), for a tool call; None for a step without a tool."""
+    return None if tool_name is None else sketch_number(sketch_text(stored_input))
 
 
 def _walk(value: Any, role: str, words: list[str], depth: int) -> None:
@@ -102,19 +138,39 @@ def _walk(value: Any, role: str, words: list[str], depth: int) -> None:
     if kind is dict:
         if role != _KEEP:
             for key, item in value.items():
-                if type(item) is str:  # most values: no call to _walk for them
+                kind = type(item)
+                if kind is str:  # most values: no call to _walk for them
                     _string(item, _role(key), words, depth + 1)
-                elif type(item) in _CONTAINERS:
+                elif kind in _NUMBERS:
+                    _number(item, _role(key), words)
+                elif kind in _CONTAINERS:
                     _walk(item, _role(key), words, depth + 1)
     elif kind is list:
         for item in value:
             _walk(item, role, words, depth + 1)
     elif kind is str:
         _string(value, role, words, depth)
-    # numbers, booleans and null hold no words
+    elif kind in _NUMBERS:
+        _number(value, role, words)
+    # booleans and null are left out
 
 
 _CONTAINERS = (dict, list)
+_NUMBERS = (int, float)  # (not bool: type() is exact)
+
+
+def _number(value: float, role: str, words: list[str]) -> None:
+    """A plain number's word, written as normalise.parse reads the number."""
+    if role in (_KEEP, _VOLATILE):
+        return
+    if type(value) is float:
+        if not math.isfinite(value):
+            return  # (near_key writes it as null)
+        if value.is_integer() and abs(value) < 2**53:
+            value = int(value)
+    if role != _SUBJECT and _epoch_is_clock(value):
+        return  # masked as a clock reading, or kept by the unmasked fallback only
+    words.append(repr(value))
 
 
 def _string(value: str, role: str, words: list[str], depth: int) -> None:
@@ -152,6 +208,8 @@ def _key_words(value: Any, role: str, words: list[str]) -> None:
     if isinstance(value, str):
         if role != _KEEP:
             _plain_words(value, words)
+    elif type(value) in _NUMBERS:
+        _number(value, role, words)
     elif isinstance(value, dict):
         if role != _KEEP:
             for key, item in value.items():

@@ -14,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 from aiohttp import web
 
 from keelwave.protocol import TRACEBACK_STORED_MAX, bound_traceback
+from keelwave.server.findings.sketch import stored_sketch
 from keelwave.server.http import appkeys, params
 from keelwave.server.http.auth import INGEST, Principal
 from keelwave.server.http.errors import ApiError, not_found, refused, unavailable
@@ -248,6 +249,8 @@ async def ingest_steps(request: web.Request) -> web.Response:
         started = timestamp(step.started_at, now)
         if expired is not None and started < expired:
             continue  # past the project's retention: see retention_cutoff
+        # Stored redacted; fingerprinted as sent (server/redaction.py), sketched as stored.
+        stored_input = rules.json_payload(payload_as_sent(step.tool_input))
         rows.append(
             (
                 principal.project_uuid,
@@ -255,8 +258,7 @@ async def ingest_steps(request: web.Request) -> web.Response:
                 step.step_index,
                 step.step_type,
                 step.tool_name,
-                # Stored redacted; fingerprinted as sent (server/redaction.py).
-                rules.json_payload(payload_as_sent(step.tool_input)),
+                stored_input,
                 rules.json_payload(payload_as_sent(step.tool_output)),
                 rules.text(clean_text(step.content)),
                 fingerprint(step.tool_name, step.tool_input),
@@ -264,6 +266,7 @@ async def ingest_steps(request: web.Request) -> web.Response:
                 step.duration_ms,
                 rules.text(clean_text(step.error)),
                 stored_traceback(step.error_traceback, rules),
+                stored_sketch(step.tool_name, stored_input),
             )
         )
     await write_rows(request, steps=rows)

@@ -31,6 +31,7 @@ from typing import Annotated, Any
 import msgspec
 from msgspec import Meta
 
+from keelwave.server.findings.sketch import stored_sketch
 from keelwave.server.ingest.routes import stored_traceback
 from keelwave.server.redaction import ServerRedaction
 from keelwave.server.store import statements
@@ -49,14 +50,20 @@ FINISH_COLUMNS: tuple[tuple[str, str], ...] = tuple(
 )  # fmt: skip
 
 
-def _without_project(columns: Columns) -> tuple[tuple[str, str], ...]:
-    return tuple(column for column in columns if column[0] != "project_id")
+# Columns an export leaves out: the project (an import names its own), and what the
+# server derives from the other columns when it stores a row (an import derives it
+# again, as ingest does).
+NOT_EXPORTED = ("project_id", "input_sketch")
+
+
+def _exported(columns: Columns) -> tuple[tuple[str, str], ...]:
+    return tuple(column for column in columns if column[0] not in NOT_EXPORTED)
 
 
 COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
-    "run": _without_project(statements.RUN_COLUMNS) + FINISH_COLUMNS,
-    "step": _without_project(statements.STEP_COLUMNS),
-    "model_call": _without_project(statements.TRACE_COLUMNS),
+    "run": _exported(statements.RUN_COLUMNS) + FINISH_COLUMNS,
+    "step": _exported(statements.STEP_COLUMNS),
+    "model_call": _exported(statements.TRACE_COLUMNS),
 }
 TABLES = {"run": "agent_runs", "step": "agent_steps", "model_call": "ai_traces"}
 # How each kind is read for export, in what order within a batch.
@@ -199,12 +206,17 @@ def decode_lines(
             if values[finish_at + _ENDED_AT] is not None:
                 batch.finishes.append((values[0], _finish(values[finish_at:], number)))
         elif kind == "step":
-            batch.steps.append((project, *values))
+            sketch = stored_sketch(values[_TOOL_NAME], values[_TOOL_INPUT])
+            batch.steps.append((project, *values, sketch))
         else:
             batch.traces.append((project, *values))
     return batch
 
 
+_STEP_NAMES = [name for name, _ in COLUMNS["step"]]
+_TOOL_NAME, _TOOL_INPUT = _STEP_NAMES.index("tool_name"), _STEP_NAMES.index("tool_input")
+# (a step row is the exported columns, then the sketch: the order statements.py lists)
+assert statements.STEP_COLUMNS[-1][0] == "input_sketch"
 _FINISH_NAMES = tuple(name for name, _ in FINISH_COLUMNS)
 _ENDED_AT = _FINISH_NAMES.index("ended_at")
 

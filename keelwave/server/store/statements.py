@@ -80,6 +80,8 @@ STEP_COLUMNS = (
     ("tool_name", "text"), ("tool_input", "json"), ("tool_output", "json"), ("content", "text"),
     ("input_fingerprint", "bytea"), ("started_at", "timestamptz"), ("duration_ms", "float8"),
     ("error", "text"), ("error_traceback", "text"),
+    # the stored input's sketch (findings/sketch.py), which the verdict keeper groups by
+    ("input_sketch", "int8"),
 )  # fmt: skip
 TRACE_COLUMNS = (
     ("project_id", "uuid"), ("id", "uuid"), ("run_id", "uuid"), ("step_index", "int4"),

@@ -76,18 +76,27 @@ FROM agent_runs WHERE verdict_steps <> step_count
 ORDER BY last_activity_at LIMIT %s
 """
 # What the detectors read of a run's tool calls (findings/detectors.py): the
-# fingerprint, which says which calls are the same call, always; the input only where
-# a near-duplicate is possible (a tool called 3+ times in the run), the output only
-# where a stretch without progress is (3+ consecutive calls of one tool). Payloads are
-# the bulk of a step, and most of them need not leave the database.
+# fingerprint, which says which calls are the same call, and the input's sketch, which
+# says which may be near-duplicates (findings/sketch.py), always; the input only where
+# a near-duplicate is possible (3+ calls of one tool with one sketch; every input of a
+# tool called 3+ times in a run with steps stored before sketches were, which the
+# detectors sketch themselves), the output only where a stretch without progress is
+# (3+ consecutive calls of one tool). Payloads are the bulk of a step, and most of them
+# need not leave the database: the windows sort narrow rows, and only the steps whose
+# payloads are needed are read again for them (by their index, and their start time,
+# which lets a partitioned table look in one partition).
 assert NEAR_DUPLICATE_MIN_CALLS == NO_PROGRESS_MIN_CALLS == 3  # the SQL below says 3
 CALLS_OF_RUN = """
-SELECT s.step_index, s.tool_name, s.input_fingerprint,
-       CASE WHEN s.tool_calls >= 3 THEN s.tool_input::text END,
-       CASE WHEN s.in_block THEN s.tool_output::text END
+SELECT s.step_index, s.tool_name, s.input_fingerprint, s.input_sketch,
+       p.tool_input, p.tool_output
 FROM (
-    SELECT t.step_index, t.tool_name, t.input_fingerprint, t.tool_input, t.tool_output,
-           count(*) OVER (PARTITION BY t.project_id, t.run_id, t.tool_name) AS tool_calls,
+    SELECT t.project_id, t.run_id, t.step_index, t.started_at, t.tool_name,
+           t.input_fingerprint, t.input_sketch,
+           count(*) OVER (PARTITION BY t.project_id, t.run_id, t.tool_name) >= 3
+           AND (count(*) OVER (PARTITION BY t.project_id, t.run_id, t.tool_name,
+                                            t.input_sketch) >= 3
+                OR count(*) FILTER (WHERE t.input_sketch IS NULL)
+                       OVER (PARTITION BY t.project_id, t.run_id) > 0) AS input_needed,
            (t.tool_name = lag(t.tool_name) OVER w AND t.tool_name = lag(t.tool_name, 2) OVER w)
         OR (t.tool_name = lag(t.tool_name) OVER w AND t.tool_name = lead(t.tool_name) OVER w)
         OR (t.tool_name = lead(t.tool_name) OVER w
@@ -96,6 +105,14 @@ FROM (
     WHERE t.project_id = {project} AND t.run_id = {run} AND t.tool_name IS NOT NULL
     WINDOW w AS (PARTITION BY t.project_id, t.run_id ORDER BY t.step_index)
 ) s
+LEFT JOIN LATERAL (
+    SELECT CASE WHEN s.input_needed THEN p.tool_input::text END AS tool_input,
+           CASE WHEN s.in_block THEN p.tool_output::text END AS tool_output
+    FROM agent_steps p
+    WHERE (s.input_needed OR s.in_block)
+      AND p.project_id = s.project_id AND p.run_id = s.run_id
+      AND p.step_index = s.step_index AND p.started_at = s.started_at
+) p ON true
 """
 # (The windows name the project and run they are over, though the query reads one run:
 # Citus pushes a window down to the shards only if it is partitioned by project_id.)
@@ -104,7 +121,7 @@ READ = f"""
 WITH k AS (
     SELECT * FROM unnest(%(projects)s::uuid[], %(ids)s::uuid[]) AS k (project_id, run_id)
 )
-SELECT r.project_id, r.id, r.step_count, NULL::int, NULL, NULL::bytea, NULL, NULL
+SELECT r.project_id, r.id, r.step_count, NULL::int, NULL, NULL::bytea, NULL::bigint, NULL, NULL
 FROM agent_runs r JOIN k ON r.project_id = k.project_id AND r.id = k.run_id
 UNION ALL
 SELECT k.project_id, k.run_id, NULL, c.*
@@ -149,14 +166,20 @@ def verdict(found: list[Finding]) -> Verdict:
 
 
 def step_view(
-    index: int, tool: str, fingerprint: bytes | None, tool_input: str | None, output: str | None
+    index: int,
+    tool: str,
+    fingerprint: bytes | None,
+    sketch: int | None,
+    tool_input: str | None,
+    output: str | None,
 ) -> StepView:
     """A row of CALLS_OF_RUN as the detectors read it. Every stored tool step has a
     fingerprint but one whose input nobody recorded (OTLP: a tool span without its
     arguments): that input is unknown, not empty."""
     return StepView(
-        index, tool, _utf8(tool_input), _utf8(output), fingerprint, fingerprint is not None
-    )
+        index, tool, _utf8(tool_input), _utf8(output), fingerprint, fingerprint is not None,
+        sketch,
+    )  # fmt: skip
 
 
 def _utf8(text: str | None) -> bytes | None:

@@ -22,6 +22,7 @@ from keelwave.protocol import (
     bound_traceback,
 )
 from keelwave.sdk import canonical_json
+from keelwave.server.findings.sketch import stored_sketch
 from keelwave.server.ingest.otlp import mapping, stored
 from keelwave.server.ingest.otlp.decode import Span
 from keelwave.server.ingest.pricing import PriceTable
@@ -175,6 +176,7 @@ def _row(
                 step.duration_ms,
                 text(step.error),
                 traceback(step.error_traceback),
+                stored_sketch(step.tool_name, step.tool_input),
             )  # fmt: skip
             row_digest = digest(*row)
             rows[step.span_id] = (step, run.run_id, row, row_digest)

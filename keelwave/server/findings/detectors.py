@@ -281,6 +281,8 @@ def no_progress(calls: Sequence[StepView], inputs: Sequence[Hashable]) -> list[F
     run_output: str | None = None
 
     def close() -> None:
+        if len(run) < NO_PROGRESS_MIN_CALLS:  # (most calls: no stretch to judge)
+            return
         distinct = len({inputs[p] for p in run if calls[p].input_known})
         if distinct >= NO_PROGRESS_MIN_CALLS:
             tool = calls[run[0]].tool_name

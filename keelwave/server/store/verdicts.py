@@ -200,14 +200,10 @@ async def judge(
         if not due:
             return {}
         keys = {"projects": [p for p, _ in due], "ids": [r for _, r in due]}
-        counts: dict[Key, int] = {}
-        steps: dict[Key, list[StepView]] = {}
-        for project, run, count, *call in await (await conn.execute(READ, keys)).fetchall():
-            if count is not None:
-                counts[(project, run)] = count
-            else:
-                steps.setdefault((project, run), []).append(step_view(*call))
-    judged = await asyncio.to_thread(_judge_all, {key: steps.get(key, []) for key in counts})
+        rows = await (await conn.execute(READ, keys)).fetchall()
+    # (in a thread: a round reads up to tens of thousands of calls, and the event loop
+    # keeps answering ingest meanwhile)
+    counts, judged = await asyncio.to_thread(_judge_rows, rows)
     if not judged:
         return {}
     async with pool.connection() as conn, statements.transaction(conn), conn.cursor() as cur:
@@ -220,6 +216,31 @@ async def judge(
         await cur.execute(SAVE, _columns(judged, counts))
         await cur.execute(statements.MERGE_ROLLUPS)
     return {key: seconds for key, (_, seconds) in judged.items()}
+
+
+def _judge_rows(rows: list[tuple]) -> tuple[dict[Key, int], dict[Key, tuple[Verdict, float]]]:
+    counts, steps = _runs_read(rows)
+    return counts, _judge_all({key: steps.get(key, []) for key in counts})
+
+
+def _runs_read(rows: list[tuple]) -> tuple[dict[Key, int], dict[Key, list[StepView]]]:
+    """READ's rows as each run's step count and its calls. (A run's calls come together:
+    each is filed under its run's key only when the run changes, since hashing a UUID is
+    Python code, and there are tens of thousands of calls in a round.)"""
+    counts: dict[Key, int] = {}
+    steps: dict[Key, list[StepView]] = {}
+    views: list[StepView] = []
+    last = None
+    for project, run, count, *call in rows:
+        if count is not None:
+            counts[(project, run)] = count
+            continue
+        ident = (project.int, run.int)
+        if ident != last:
+            last = ident
+            views = steps.setdefault((project, run), [])
+        views.append(step_view(*call))
+    return counts, steps
 
 
 def _columns(judged: dict[Key, tuple[Verdict, float]], counts: dict[Key, int]) -> dict[str, Any]:

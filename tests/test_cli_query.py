@@ -6,6 +6,7 @@ import json
 import os
 import re
 import stat
+import time
 import uuid
 from pathlib import Path
 
@@ -62,6 +63,14 @@ def known(server, db_url):
         http.post(
             f"/v1/ingest/agent/runs/{ids['clean']}/finish", json={"termination_reason": "clean"}
         ).raise_for_status()
+    # The server judges the steps shortly after they commit, and the tests compare reads
+    # taken moments apart (the CLI's, the API's): they start once its verdict is in.
+    for _ in range(200):
+        if api(server, project, f"/runs/{ids['loop']}")["detected_loop"]:
+            break
+        time.sleep(0.05)
+    else:
+        raise AssertionError("the server never judged the looping run")
     return project, ids
 
 

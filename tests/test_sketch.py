@@ -106,6 +106,11 @@ FRAGMENTS = [
     "[TRUE]",
     "{not json}",
     "\u2400raw:x",
+    # Case folding outside ASCII that yields ASCII letters (a ligature, the Kelvin sign,
+    # a long s), and separators str.split() takes for whitespace.
+    "\ufb01le Kelvin \u212a \u017ftop",
+    "word\x1cword\x1fnext\u00a0end\u2003x",
+    "\u0130stanbul \u03a3\u0391\u03a3",
 ]
 KEYS = [
     "q",

@@ -71,9 +71,10 @@ remembers the near keys (``normalise.near_key``) rather than recompute them.
 from __future__ import annotations
 
 import re
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any
 
 from keelwave.server.findings import normalise
@@ -100,7 +101,9 @@ _MUTATING_VERBS = _words(
 _FIRST_WORD = re.compile(r"[A-Za-z][a-z]*")
 
 
-@dataclass(frozen=True, slots=True)
+# (Not frozen: a frozen dataclass costs three times as much to make, and the verdict
+# keeper makes one per stored call it reads. Nothing changes a view once made.)
+@dataclass(slots=True)
 class StepView:
     """What the detectors read of a stored step: payloads as the bytes sent."""
 
@@ -163,15 +166,24 @@ def findings(steps: Sequence[StepView]) -> list[Finding]:
     return found
 
 
+_TOOL_NAME = attrgetter("tool_name")
+
+
 def _bytes(payload: bytes | bytearray | memoryview | None) -> bytes:
     return b"" if payload is None else bytes(payload)
 
 
 def exact_loops(calls: Sequence[StepView], inputs: Sequence[Hashable]) -> list[Finding]:
     """The ``/loops`` groups: one per (tool, input bytes) seen twice or more."""
+    keys = list(zip(map(_TOOL_NAME, calls), inputs, strict=True))
+    # Counted first, in C: most runs repeat few calls, and only those need their indices.
+    repeated = {key for key, count in Counter(keys).items() if count >= 2}
+    if not repeated:
+        return []
     groups: dict[tuple[str, Hashable], list[int]] = defaultdict(list)
-    for call, raw in zip(calls, inputs, strict=True):
-        groups[(call.tool_name, raw)].append(call.step_index)
+    for call, key in zip(calls, keys, strict=True):
+        if key in repeated:
+            groups[key].append(call.step_index)
     return [
         Finding(
             "exact_loop",
@@ -188,11 +200,9 @@ def exact_loops(calls: Sequence[StepView], inputs: Sequence[Hashable]) -> list[F
 
 def cycles(calls: Sequence[StepView], inputs: Sequence[Hashable]) -> list[Finding]:
     """Back-to-back repetitions of k ≥ 2 distinct calls (``cycles.repeated_regions``)."""
-    numbering: dict[tuple[str, Hashable], int] = {}
-    ids = [
-        numbering.setdefault((call.tool_name, raw), len(numbering))
-        for call, raw in zip(calls, inputs, strict=True)
-    ]
+    keys = list(zip(map(_TOOL_NAME, calls), inputs, strict=True))
+    numbering = {key: number for number, key in enumerate(dict.fromkeys(keys))}
+    ids = list(map(numbering.__getitem__, keys))  # each distinct call's number, in order
     found = []
     for region in repeated_regions(ids):
         members = calls[region.start : region.end]

@@ -78,7 +78,7 @@ from keelwave.server.findings.remembered import remembered
 
 LONGEST_PLAIN_WORD = 11  # a word of 12+ letters may be a random token (looks_random)
 MAX_DEPTH = 64  # deeper than this, the slow way (near_key's own recursion has a limit)
-_URL_SCHEMES = ("http://", "https://")
+_URL_SCHEMES = ("http://", "https://")  # (_string looks at the first letter first)
 _TOP = msgspec.json.Decoder()
 # What a URL's query decoding can turn into whitespace: "+", "%20", "\\u0020" in a JSON
 # value, and characters outside ASCII (spaces other than " ").
@@ -90,11 +90,13 @@ class _SlowWay(Exception):
 
 
 def _plain_words(text: str, words: list[str]) -> None:
-    words += [
-        word
-        for word in text.casefold().split()
-        if 3 != len(word) <= LONGEST_PLAIN_WORD and word.isalpha() and word.isascii()
-    ]
+    folded = text.casefold()
+    if folded.isascii():  # (the common case: then every word is, and isalpha means a-z)
+        words += [word for word in folded.split() if 3 != len(word) <= LONGEST_PLAIN_WORD
+                  and word.isalpha()]  # fmt: skip
+    else:
+        words += [word for word in folded.split() if 3 != len(word) <= LONGEST_PLAIN_WORD
+                  and word.isalpha() and word.isascii()]  # fmt: skip
 
 
 def sketch_text(raw: bytes | memoryview | None) -> str:
@@ -102,11 +104,17 @@ def sketch_text(raw: bytes | memoryview | None) -> str:
     equal sketches."""
     if raw is None:
         return of_key(normalise.near_key(None))
+    # The walk gathers the texts whose plain words count, and the numbers' words. The
+    # texts are read for words at once, joined by a space: folding is per character and
+    # keeps whitespace, so the words are the same, for one call instead of one a text.
+    texts: list[str] = []
     words: list[str] = []
     try:
-        _walk(_TOP.decode(raw), _FREE, words, 0)
+        _walk(_TOP.decode(raw), _FREE, texts, words, 0)
     except (_SlowWay, msgspec.MsgspecError, RecursionError):
         return of_key(normalise.near_key(bytes(raw)))
+    if texts:
+        _plain_words(" ".join(texts), words)
     words.sort()
     return " ".join(words)
 
@@ -130,8 +138,9 @@ def stored_sketch(tool_name: str | None, stored_input: bytes | memoryview | None
     return None if tool_name is None else sketch_number(sketch_text(stored_input))
 
 
-def _walk(value: Any, role: str, words: list[str], depth: int) -> None:
-    """``normalise._Normaliser.value``'s walk, keeping plain words instead of a value."""
+def _walk(value: Any, role: str, texts: list[str], words: list[str], depth: int) -> None:
+    """``normalise._Normaliser.value``'s walk, keeping the texts whose plain words count
+    and the plain numbers' words instead of a value."""
     if depth > MAX_DEPTH:
         raise _SlowWay
     kind = type(value)
@@ -140,16 +149,19 @@ def _walk(value: Any, role: str, words: list[str], depth: int) -> None:
             for key, item in value.items():
                 kind = type(item)
                 if kind is str:  # most values: no call to _walk for them
-                    _string(item, _role(key), words, depth + 1)
+                    _string(item, _role(key), texts, words, depth + 1)
+                elif kind is int and -_NOT_A_CLOCK < item < _NOT_A_CLOCK:  # counts, limits
+                    if _role(key) not in _NO_NUMBER_WORD:
+                        words.append(repr(item))
                 elif kind in _NUMBERS:
                     _number(item, _role(key), words)
                 elif kind in _CONTAINERS:
-                    _walk(item, _role(key), words, depth + 1)
+                    _walk(item, _role(key), texts, words, depth + 1)
     elif kind is list:
         for item in value:
-            _walk(item, role, words, depth + 1)
+            _walk(item, role, texts, words, depth + 1)
     elif kind is str:
-        _string(value, role, words, depth)
+        _string(value, role, texts, words, depth)
     elif kind in _NUMBERS:
         _number(value, role, words)
     # booleans and null are left out
@@ -157,11 +169,13 @@ def _walk(value: Any, role: str, words: list[str], depth: int) -> None:
 
 _CONTAINERS = (dict, list)
 _NUMBERS = (int, float)  # (not bool: type() is exact)
+_NO_NUMBER_WORD = (_KEEP, _VOLATILE)
+_NOT_A_CLOCK = min(low for low, _ in normalise._EPOCHS)  # _epoch_is_clock is False below
 
 
 def _number(value: float, role: str, words: list[str]) -> None:
     """A plain number's word, written as normalise.parse reads the number."""
-    if role in (_KEEP, _VOLATILE):
+    if role in _NO_NUMBER_WORD:
         return
     if type(value) is float:
         if not math.isfinite(value):
@@ -173,24 +187,26 @@ def _number(value: float, role: str, words: list[str]) -> None:
     words.append(repr(value))
 
 
-def _string(value: str, role: str, words: list[str], depth: int) -> None:
+def _string(value: str, role: str, texts: list[str], words: list[str], depth: int) -> None:
     """``normalise._Normaliser.string``'s decisions, in its order."""
     if role == _KEEP:
         return
     stripped = value.strip()
-    decoded = json_in(stripped)
-    if decoded is not NO_JSON:
-        _walk(decoded, role, words, depth + 1)
-        return
+    first = stripped[:1]
+    if first == "{" or first == "[":  # (what json_in looks for first)
+        decoded = json_in(stripped)
+        if decoded is not NO_JSON:
+            _walk(decoded, role, texts, words, depth + 1)
+            return
     if not stripped or role == _VOLATILE:
         return
-    if stripped.startswith(_URL_SCHEMES):
+    if first == "h" and stripped.startswith(_URL_SCHEMES):
         if _MAY_SPACE_OUT.search(stripped) or len(stripped.split()) > 1:
             raise _SlowWay  # its normalised query may hold words
         return
     if role == _TIME and any(c.isdigit() for c in stripped):
         return  # masked, or a date (its words have digits or three letters)
-    _plain_words(stripped, words)
+    texts.append(stripped)
 
 
 def of_key(key: str) -> str:

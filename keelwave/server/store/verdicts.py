@@ -84,35 +84,41 @@ ORDER BY last_activity_at LIMIT %s
 # (3+ consecutive calls of one tool). Payloads are the bulk of a step, and most of them
 # need not leave the database: the windows sort narrow rows, and only the steps whose
 # payloads are needed are read again for them (by their index, and their start time,
-# which lets a partitioned table look in one partition).
+# which lets a partitioned table look in one partition). The plan, per run: one index
+# scan in step order (the lag and lead need no sort), one sort by tool and sketch for
+# the counts, and a lookup per payload needed: a subquery inside CASE runs only when
+# its condition holds, where a lateral join would look up every step.
 assert NEAR_DUPLICATE_MIN_CALLS == NO_PROGRESS_MIN_CALLS == 3  # the SQL below says 3
 CALLS_OF_RUN = """
 SELECT s.step_index, s.tool_name, s.input_fingerprint, s.input_sketch,
-       p.tool_input, p.tool_output
+       CASE WHEN s.input_needed THEN (
+           SELECT p.tool_input::text FROM agent_steps p
+           WHERE p.project_id = s.project_id AND p.run_id = s.run_id
+             AND p.step_index = s.step_index AND p.started_at = s.started_at) END,
+       CASE WHEN s.in_block THEN (
+           SELECT p.tool_output::text FROM agent_steps p
+           WHERE p.project_id = s.project_id AND p.run_id = s.run_id
+             AND p.step_index = s.step_index AND p.started_at = s.started_at) END
 FROM (
-    SELECT t.project_id, t.run_id, t.step_index, t.started_at, t.tool_name,
-           t.input_fingerprint, t.input_sketch,
-           count(*) OVER (PARTITION BY t.project_id, t.run_id, t.tool_name) >= 3
-           AND (count(*) OVER (PARTITION BY t.project_id, t.run_id, t.tool_name,
-                                            t.input_sketch) >= 3
-                OR count(*) FILTER (WHERE t.input_sketch IS NULL)
-                       OVER (PARTITION BY t.project_id, t.run_id) > 0) AS input_needed,
-           (t.tool_name = lag(t.tool_name) OVER w AND t.tool_name = lag(t.tool_name, 2) OVER w)
-        OR (t.tool_name = lag(t.tool_name) OVER w AND t.tool_name = lead(t.tool_name) OVER w)
-        OR (t.tool_name = lead(t.tool_name) OVER w
-            AND t.tool_name = lead(t.tool_name, 2) OVER w) AS in_block
-    FROM agent_steps t
-    WHERE t.project_id = {project} AND t.run_id = {run} AND t.tool_name IS NOT NULL
-    WINDOW w AS (PARTITION BY t.project_id, t.run_id ORDER BY t.step_index)
+    SELECT b.*,
+           count(*) OVER (PARTITION BY b.project_id, b.run_id, b.tool_name) >= 3
+           AND (count(*) OVER (PARTITION BY b.project_id, b.run_id, b.tool_name,
+                                            b.input_sketch) >= 3
+                OR count(*) FILTER (WHERE b.input_sketch IS NULL)
+                       OVER (PARTITION BY b.project_id, b.run_id) > 0) AS input_needed
+    FROM (
+        SELECT t.project_id, t.run_id, t.step_index, t.started_at, t.tool_name,
+               t.input_fingerprint, t.input_sketch,
+               (t.tool_name = lag(t.tool_name) OVER w
+                AND t.tool_name = lag(t.tool_name, 2) OVER w)
+            OR (t.tool_name = lag(t.tool_name) OVER w AND t.tool_name = lead(t.tool_name) OVER w)
+            OR (t.tool_name = lead(t.tool_name) OVER w
+                AND t.tool_name = lead(t.tool_name, 2) OVER w) AS in_block
+        FROM agent_steps t
+        WHERE t.project_id = {project} AND t.run_id = {run} AND t.tool_name IS NOT NULL
+        WINDOW w AS (PARTITION BY t.project_id, t.run_id ORDER BY t.step_index)
+    ) b
 ) s
-LEFT JOIN LATERAL (
-    SELECT CASE WHEN s.input_needed THEN p.tool_input::text END AS tool_input,
-           CASE WHEN s.in_block THEN p.tool_output::text END AS tool_output
-    FROM agent_steps p
-    WHERE (s.input_needed OR s.in_block)
-      AND p.project_id = s.project_id AND p.run_id = s.run_id
-      AND p.step_index = s.step_index AND p.started_at = s.started_at
-) p ON true
 """
 # (The windows name the project and run they are over, though the query reads one run:
 # Citus pushes a window down to the shards only if it is partitioned by project_id.)
@@ -239,7 +245,12 @@ def _runs_read(rows: list[tuple]) -> tuple[dict[Key, int], dict[Key, list[StepVi
         if ident != last:
             last = ident
             views = steps.setdefault((project, run), [])
-        views.append(step_view(*call))
+        index, tool, fingerprint, sketch, given, output = call
+        if given is None and output is None:  # most calls: no payload needed
+            views.append(StepView(index, tool, None, None, fingerprint, fingerprint is not None,
+                                  sketch))  # fmt: skip
+        else:
+            views.append(step_view(*call))
     return counts, steps
 
 
@@ -257,8 +268,7 @@ def _columns(judged: dict[Key, tuple[Verdict, float]], counts: dict[Key, int]) -
 
 def _judge_all(steps: dict[Key, list[StepView]]) -> dict[Key, tuple[Verdict, float]]:
     judged = {}
-    for key, views in steps.items():
-        views.sort(key=lambda view: view.step_index)
+    for key, views in steps.items():  # (findings() puts the calls in step order)
         started = time.perf_counter()
         judged[key] = (verdict(findings(views)), time.perf_counter() - started)
     return judged

@@ -82,6 +82,45 @@ async def test_secrets_sent_with_curl_are_not_stored_and_loops_still_show(
     assert first["tool_input"]["url"] == "https://x.dev"  # the rest is kept
 
 
+async def test_secrets_behind_json_escapes_are_not_stored(
+    api: Api, project: Project, db_url: str
+) -> None:
+    """JSON may write any character as an escape, and some encoders do by default (PHP
+    writes every "/" as "\\/", Go writes "&" as "\\u0026"): a secret behind escapes is a
+    secret all the same once the text is read."""
+    _, started, _ = await api.post(
+        "/v1/ingest/agent/runs", json={"agent_name": "php-agent"}, headers=project.auth()
+    )
+    run_id = started["data"]["id"]
+    # Written by hand as such encoders write them, and as the SDKs never do.
+    inputs = (
+        r'{"dsn": "postgres:\/\/app:hunter2-but-longer@db.internal:5432\/shop"}',
+        r'{"key": "sk\u002dproj-4f9QmT7xKp2LrV8nZs3Wd6Yh1Bc5Ej0A"}',
+        r'{"p\u0061ssword": "correct-horse"}',
+        r'{"note": "B\u0065arer ghp_16C7e42F292c6912E7710c838347Ae178B4a"}',
+    )
+    body = ",".join(
+        f'{{"run_id": "{run_id}", "step_index": {n}, "tool_name": "connect", '
+        f'"tool_input": {given}, "tool_output": {given}}}'
+        for n, given in enumerate(inputs, start=1)
+    )
+    async with api.session.post(
+        api.url + "/v1/ingest/agent/steps",
+        data=f"[{body}]",
+        headers={**project.auth(), "Content-Type": "application/json"},
+    ) as response:
+        assert response.status == 200, await response.text()
+    text = stored_text(db_url, project.id)
+    for secret in ("hunter2-but-longer", "4f9QmT7xKp2LrV8nZs3Wd6Yh1Bc5Ej0A", "correct-horse",
+                   "16C7e42F292c6912E7710c838347Ae178B4a"):  # fmt: skip
+        assert secret not in text, secret
+    status, steps, _ = await api.get(
+        f"/v1/projects/{project.id}/agent/runs/{run_id}/steps", headers=project.auth()
+    )
+    first = steps["data"][0]["tool_input"]
+    assert first == {"dsn": "postgres://app:[REDACTED]@db.internal:5432/shop"}
+
+
 async def test_secrets_in_otlp_spans_are_not_stored(api: Api, project: Project, db_url) -> None:
     trace, agent = uuid.uuid4().hex, "a" * 16
 

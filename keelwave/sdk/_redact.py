@@ -206,6 +206,12 @@ _VALUE_IN_SHORT = re.compile("|".join(_VALUE_SCREEN_PATTERNS)).search
 # For one string of the walk, "Bearer" too (the key screen sees it in a whole text).
 _CREDENTIAL_IN_SHORT = re.compile("|".join((*_VALUE_SCREEN_PATTERNS, "earer", "EARER"))).search
 
+# JSON may write any character as an escape, and some encoders do where the SDKs never
+# would (PHP writes "/" as "\/", Go writes "&" as "\u0026"): an escape of a printable
+# ASCII character can hide a fragment from the screen, so text with one is walked, where
+# the escapes are read. (The usual escapes, \" \\ \n \t and the like, hide none.)
+_ESCAPED_ASCII = re.compile(r"\\(?:/|u00[2-7][0-9A-Fa-f])").search
+
 Callback = Callable[[Any], Any]
 
 
@@ -304,7 +310,9 @@ class Redaction:
         return self._walk_always or self._may_hold_secret(text)
 
     def _may_hold_secret(self, text: str) -> bool:
-        """False only when no rule can match anywhere in ``text`` (canonical JSON)."""
+        """False only when no rule can match anywhere in ``text`` (JSON text)."""
+        if "\\" in text and _ESCAPED_ASCII(text) is not None:
+            return True
         short = len(text) < _SHORT_TEXT
         if self.builtin:
             if short:

@@ -86,19 +86,14 @@ ORDER BY last_activity_at LIMIT %s
 # payloads are needed are read again for them (by their index, and their start time,
 # which lets a partitioned table look in one partition). The plan, per run: one index
 # scan in step order (the lag and lead need no sort), one sort by tool and sketch for
-# the counts, and a lookup per payload needed: a subquery inside CASE runs only when
-# its condition holds, where a lateral join would look up every step.
+# the counts, and a lookup per payload needed. (OFFSET 0 keeps the lateral subquery
+# whole: its condition on the outer row then gates the lookup, where a subquery merged
+# into the join would look up every step and filter after. A scalar subquery inside
+# CASE gates it too, but Citus runs that form many times slower.)
 assert NEAR_DUPLICATE_MIN_CALLS == NO_PROGRESS_MIN_CALLS == 3  # the SQL below says 3
 CALLS_OF_RUN = """
 SELECT s.step_index, s.tool_name, s.input_fingerprint, s.input_sketch,
-       CASE WHEN s.input_needed THEN (
-           SELECT p.tool_input::text FROM agent_steps p
-           WHERE p.project_id = s.project_id AND p.run_id = s.run_id
-             AND p.step_index = s.step_index AND p.started_at = s.started_at) END,
-       CASE WHEN s.in_block THEN (
-           SELECT p.tool_output::text FROM agent_steps p
-           WHERE p.project_id = s.project_id AND p.run_id = s.run_id
-             AND p.step_index = s.step_index AND p.started_at = s.started_at) END
+       p.tool_input, p.tool_output
 FROM (
     SELECT b.*,
            count(*) OVER (PARTITION BY b.project_id, b.run_id, b.tool_name) >= 3
@@ -119,6 +114,15 @@ FROM (
         WINDOW w AS (PARTITION BY t.project_id, t.run_id ORDER BY t.step_index)
     ) b
 ) s
+LEFT JOIN LATERAL (
+    SELECT CASE WHEN s.input_needed THEN p.tool_input::text END AS tool_input,
+           CASE WHEN s.in_block THEN p.tool_output::text END AS tool_output
+    FROM agent_steps p
+    WHERE (s.input_needed OR s.in_block)
+      AND p.project_id = s.project_id AND p.run_id = s.run_id
+      AND p.step_index = s.step_index AND p.started_at = s.started_at
+    OFFSET 0
+) p ON true
 """
 # (The windows name the project and run they are over, though the query reads one run:
 # Citus pushes a window down to the shards only if it is partitioned by project_id.)

@@ -186,14 +186,9 @@ def step_view(
     """A row of CALLS_OF_RUN as the detectors read it. Every stored tool step has a
     fingerprint but one whose input nobody recorded (OTLP: a tool span without its
     arguments): that input is unknown, not empty."""
-    return StepView(
-        index, tool, _utf8(tool_input), _utf8(output), fingerprint, fingerprint is not None,
-        sketch,
-    )  # fmt: skip
-
-
-def _utf8(text: str | None) -> bytes | None:
-    return text.encode("utf-8", "surrogatepass") if text is not None else None
+    given = None if tool_input is None else tool_input.encode("utf-8", "surrogatepass")
+    result = None if output is None else output.encode("utf-8", "surrogatepass")
+    return StepView(index, tool, given, result, fingerprint, fingerprint is not None, sketch)
 
 
 async def judge(
@@ -249,12 +244,7 @@ def _runs_read(rows: list[tuple]) -> tuple[dict[Key, int], dict[Key, list[StepVi
         if ident != last:
             last = ident
             views = steps.setdefault((project, run), [])
-        index, tool, fingerprint, sketch, given, output = call
-        if given is None and output is None:  # most calls: no payload needed
-            views.append(StepView(index, tool, None, None, fingerprint, fingerprint is not None,
-                                  sketch))  # fmt: skip
-        else:
-            views.append(step_view(*call))
+        views.append(step_view(*call))
     return counts, steps
 
 

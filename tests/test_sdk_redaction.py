@@ -6,6 +6,7 @@ only in a secret still group as a loop, with the SDK's fingerprint the server's.
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import logging
 import re
@@ -544,3 +545,37 @@ def test_a_spans_attributes_screened_together_redact_as_one_by_one(attributes: d
     assert BUILTIN.attributes(attributes) == one_by_one
     padded = {**attributes, "padding": "." * 100}  # past the short-text screen
     assert BUILTIN.attributes(padded) == {**one_by_one, "padding": "." * 100}
+
+
+# -- the server's one-pass screen (server/screen.py) ---------------------------------------
+
+
+@functools.cache
+def _one_pass_screen():
+    from keelwave.server import screen
+
+    if screen.hyperscan is None:
+        pytest.skip("Hyperscan has no wheel on this platform: the server uses the re screen")
+    return screen.builtin_screen()
+
+
+@settings(max_examples=3000, deadline=None)
+@given(texts | values.map(canonical_json))
+def test_the_servers_one_pass_screen_finds_what_the_re_screen_finds(text: str) -> None:
+    one_pass = _one_pass_screen()
+    for candidate in (text, "." * 100 + text):  # short texts have a screen of their own
+        data = candidate.encode("utf-8", "surrogatepass")
+        assert one_pass(data) == DEFAULT._may_hold_secret(candidate), candidate
+
+
+@settings(max_examples=800, deadline=None)
+@given(values, attribute_sets)
+def test_the_server_stores_the_same_with_either_screen(value: object, attributes: dict) -> None:
+    from keelwave.server.redaction import BUILTIN, ServerRedaction
+
+    _one_pass_screen()  # (BUILTIN has it)
+    with_re = ServerRedaction(screen=None)
+    for payload in (canonical_json(value), json.dumps(value), json.dumps(value, indent=1)):
+        data = payload.encode("utf-8", "surrogatepass")
+        assert BUILTIN.json_payload(data) == with_re.json_payload(data)
+    assert BUILTIN.attributes(attributes) == with_re.attributes(attributes)

@@ -184,6 +184,14 @@ def _rank(character: str) -> int:
     return index if index >= 0 else len(_RARITY)  # signs: after the letters
 
 
+# What the screen looks for, as plain regular expressions without lookaround, so that
+# any engine reads them: each value rule's literal fragments, and an escape that could
+# hide one (below). The searches that follow are these, arranged for Python's re; the
+# server may run these through a multi-pattern engine instead (keelwave/server/screen.py).
+SCREEN_VALUE_PATTERNS = ("eyJ", "AKIA", "ASIA", "AIza", "kw_", "gh[pousr]_", "github_pat_",
+                         "sk-", "xox[baprs]-", "-----BEGIN", '://[^/?#@ "]*@')  # fmt: skip
+ESCAPED_ASCII_PATTERN = r"\\(?:/|u00[2-7][0-9A-Fa-f])"
+
 # The value rules' screen over the whole JSON text: whatever a value pattern can match
 # contains a match of one of these. (Their characters are never escaped in JSON, so
 # they show in the text as in the string. "Bearer" is left to the key screen, which
@@ -210,7 +218,7 @@ _CREDENTIAL_IN_SHORT = re.compile("|".join((*_VALUE_SCREEN_PATTERNS, "earer", "E
 # would (PHP writes "/" as "\/", Go writes "&" as "\u0026"): an escape of a printable
 # ASCII character can hide a fragment from the screen, so text with one is walked, where
 # the escapes are read. (The usual escapes, \" \\ \n \t and the like, hide none.)
-_ESCAPED_ASCII = re.compile(r"\\(?:/|u00[2-7][0-9A-Fa-f])").search
+_ESCAPED_ASCII = re.compile(ESCAPED_ASCII_PATTERN).search
 
 Callback = Callable[[Any], Any]
 

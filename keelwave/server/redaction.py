@@ -18,7 +18,8 @@ replaced in every string of its payloads, on top of the built-in rules.
 
 A payload without anything that could be a secret (the common case) is passed
 on as the very bytes that came in: a screen over the text decides that, without
-parsing it. A project's own patterns cannot be screened for, so they run on
+parsing it (in one Hyperscan pass over the bytes where Hyperscan is installed:
+screen.py). A project's own patterns cannot be screened for, so they run on
 every payload of that project (a few microseconds each).
 
 The rules of a project travel with its API key's Principal (http/auth.py), so
@@ -36,6 +37,7 @@ from typing import Any
 import msgspec
 
 from keelwave.sdk import Redaction
+from keelwave.server.screen import Screen, builtin_screen
 
 MAX_PATTERNS = 50
 MAX_PATTERN_LENGTH = 500
@@ -69,17 +71,29 @@ def check_patterns(patterns: list[str]) -> list[str]:
     return list(dict.fromkeys(patterns))
 
 
+_SCREEN = builtin_screen()
+
+
 class ServerRedaction:
     """One project's rules: the built-in set, plus its own patterns."""
 
-    def __init__(self, patterns: tuple[str, ...] = ()) -> None:
+    def __init__(self, patterns: tuple[str, ...] = (), screen: Screen | None = _SCREEN) -> None:
         self.patterns = patterns
         self._rules = Redaction(patterns=patterns)
+        # Patterns run on every payload: then nothing is screened.
+        self._screen = None if patterns else screen
+
+    def _may_hold_secret(self, text: str) -> bool:
+        if self._screen is not None:
+            return self._screen(text.encode("utf-8", "surrogatepass"))
+        return self._rules.may_hold_secret(text)
 
     def json_payload(self, raw: msgspec.Raw | bytes | None) -> msgspec.Raw | bytes | None:
         """A JSON payload as it may be stored: ``raw`` itself, or its redacted text."""
         if raw is None:
             return None
+        if self._screen is not None and not self._screen(raw):
+            return raw  # screened as the bytes came, without decoding them
         text = bytes(raw).decode("utf-8", "surrogatepass")
         redacted = self._rules.redact_json(text)
         return raw if redacted is text else redacted.encode("utf-8", "surrogatepass")
@@ -124,7 +138,7 @@ class ServerRedaction:
                         return False
             elif isinstance(value, dict):
                 return False  # its keys could name secrets: screened as JSON, walked
-        return not texts or not self._rules.may_hold_secret("\n".join(texts))
+        return not texts or not self._may_hold_secret("\n".join(texts))
 
     def _secret_attribute(self, key: str) -> bool:
         """Whether an attribute's value is hidden for its name (``db.password``): by
@@ -139,7 +153,7 @@ class ServerRedaction:
             if value.lstrip()[:1] in ("{", "["):
                 # Prompts and tool arguments: most hold nothing to redact, which the
                 # screen tells without parsing them (it is sound for JSON and for text).
-                if not rules.may_hold_secret(value):
+                if not self._may_hold_secret(value):
                     return value
                 try:
                     json.loads(value)
@@ -149,7 +163,7 @@ class ServerRedaction:
             return rules.redact_text(value)
         if isinstance(value, dict | list):
             text = json.dumps(value)
-            return json.loads(rules.redact_json(text)) if rules.may_hold_secret(text) else value
+            return json.loads(rules.redact_json(text)) if self._may_hold_secret(text) else value
         return value
 
 

@@ -579,3 +579,17 @@ def test_the_server_stores_the_same_with_either_screen(value: object, attributes
         data = payload.encode("utf-8", "surrogatepass")
         assert BUILTIN.json_payload(data) == with_re.json_payload(data)
     assert BUILTIN.attributes(attributes) == with_re.attributes(attributes)
+
+
+def test_a_hyperscan_that_refuses_the_machine_leaves_the_re_screen(monkeypatch, caplog) -> None:
+    from keelwave.server import screen
+
+    _one_pass_screen()
+
+    def refuse(*args, **kwargs):
+        raise screen.hyperscan.ArchitectureError("this CPU lacks SSSE3")
+
+    monkeypatch.setattr(screen.hyperscan, "Database", refuse)
+    with caplog.at_level(logging.INFO, logger="keelwave.redaction"):
+        assert screen.builtin_screen() is None
+    assert "Hyperscan refused" in caplog.text

@@ -19,7 +19,7 @@ from verdict_runs import seed
 from keelwave.db import keys as key_store
 from keelwave.remote.api import Api
 from keelwave.remote.config import Credentials
-from keelwave.tui import KeelwaveApp, Source
+from keelwave.tui import KeelwaveApp, Source, runs_screen
 from keelwave.tui.help_screen import SECTIONS, HelpScreen
 from keelwave.tui.run_screen import RunScreen
 from keelwave.tui.runs_screen import RunsScreen
@@ -231,6 +231,36 @@ async def test_new_runs_appear_without_a_keypress(server, db_url) -> None:
                 headers={"Authorization": f"Bearer {live_key}"},
             ).raise_for_status()
             await wait_for(pilot, lambda n=number: table.row_count == n + 1)
+
+
+async def test_a_refresh_that_brings_nothing_new_leaves_the_list_where_the_user_was(
+    server, db_url
+) -> None:
+    """The list refreshes every few seconds; redrawing it when nothing changed scrolled a
+    user reading down a long list back to the top each time (and reset its columns to
+    their labels' widths until the table was next idle)."""
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        long_key = key_store.create_key(conn, f"tui-long-{uuid.uuid4().hex[:6]}", "all").key
+    started = NOW - timedelta(hours=1)
+    for number in range(40):
+        httpx.post(
+            f"{server.url}/v1/ingest/agent/runs",
+            json={"agent_name": f"agent-{number:02}",
+                  "started_at": (started + timedelta(seconds=number)).isoformat()},
+            headers={"Authorization": f"Bearer {long_key}"},
+        ).raise_for_status()  # fmt: skip
+    app = make_app(server, long_key)
+    app.refresh_seconds = 3600  # the refresh comes when the test says
+    async with app.run_test(size=(100, 24)) as pilot:
+        table = app.screen.query_one(DataTable)
+        await wait_for(pilot, lambda: table.row_count == 40)
+        await pilot.pause()
+        table.scroll_to(y=20, animate=False)
+        await pilot.pause()
+        assert table.scroll_y == 20
+        await app.screen.reload().wait()
+        await pilot.pause()
+        assert table.scroll_y == 20
 
 
 async def test_run_screen_shows_the_whole_story_in_start_order(server, key) -> None:
@@ -642,22 +672,27 @@ def snapshot_app(server, snapshot_key) -> KeelwaveApp:
 async def settle_runs(pilot) -> None:
     table = pilot.app.screen.query_one(DataTable)
     await wait_for(pilot, lambda: table.row_count >= 3)
-
-    # The columns take their widths when the table is next idle, which a busy machine
-    # reaches late (and a refresh that fills the table again starts over): wait until
-    # nothing is pending and the run column is as wide as its ids (8 characters), else
-    # the picture shows the columns cut to their labels.
-    def widths_settled() -> bool:
-        run_column = next(iter(table.columns.values()))
-        return (
-            not table._require_update_dimensions
-            and not table._updated_cells
-            and run_column.content_width >= 8
-        )
-
-    await wait_for(pilot, widths_settled)
+    await wait_for(pilot, lambda: widths_settled(pilot.app, table))
     await pilot.pause(0.3)
-    await wait_for(pilot, widths_settled)
+    await wait_for(pilot, lambda: widths_settled(pilot.app, table))
+
+
+def widths_settled(app, table: DataTable) -> bool:
+    """Whether the runs table is drawn as it will stay. Its columns are made for the
+    terminal's width (a resize that a busy machine delivers late makes them again), and
+    take their widths when the table is next idle, which a busy machine reaches late:
+    until then the picture shows the columns cut to their labels."""
+    wanted = (
+        runs_screen.COLUMNS if app.size.width >= runs_screen.WIDE else runs_screen.NARROW_COLUMNS
+    )
+    run_column = next(iter(table.columns.values()), None)
+    return (
+        [str(column.label) for column in table.columns.values()] == list(wanted)
+        and not table._require_update_dimensions
+        and not table._updated_cells
+        and run_column is not None
+        and run_column.content_width >= 8
+    )
 
 
 def snapshot_id(run_id: str) -> str:
@@ -685,8 +720,11 @@ def test_snapshot_runs_screen(server, snapshot_key, snap_compare, in_utc, size) 
 def test_snapshot_help(server, snapshot_key, snap_compare, in_utc, size) -> None:
     async def open_help(pilot) -> None:
         await settle_runs(pilot)
+        table = pilot.app.screen.query_one(DataTable)
         await pilot.press("question_mark")
+        await wait_for(pilot, lambda: isinstance(pilot.app.screen, HelpScreen))
         await pilot.pause(0.2)
+        await wait_for(pilot, lambda: widths_settled(pilot.app, table))  # (under the help)
 
     app = snapshot_app(server, snapshot_key)
     assert snap_compare(app, terminal_size=size, run_before=open_help)

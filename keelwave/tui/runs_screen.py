@@ -81,6 +81,7 @@ class RunsScreen(Screen):
         self.query_text = ""
         self.row_ids: list[str] = []
         self.runs: list[dict] = []
+        self._shown: list[tuple[str, list[str]]] | None = None  # the table's rows, as drawn
 
     def compose(self) -> ComposeResult:
         yield SummaryStrip(id="summary")
@@ -135,16 +136,15 @@ class RunsScreen(Screen):
             return False
         table.clear(columns=True)
         table.add_columns(*columns)
+        self._shown = None
         return True
 
     def _fill(self, runs: list[dict]) -> None:
         self.runs = runs
         table = self.query_one(DataTable)
-        selected = self.row_ids[table.cursor_row] if self.row_ids and table.row_count else None
-        table.clear()
-        self.row_ids = []
         now = self.source.now()
         wide = len(table.columns) == len(COLUMNS)
+        rows = []
         for run in runs:
             cells = [
                 fmt.short_id(run["id"]), run["agent_name"], fmt.ago(run["started_at"], now),
@@ -154,8 +154,17 @@ class RunsScreen(Screen):
             ]  # fmt: skip
             if not wide:
                 del cells[COLUMNS.index("steps")]
-            table.add_row(*cells, key=run["id"])
-            self.row_ids.append(run["id"])
+            rows.append((run["id"], cells))
+        if rows == self._shown:
+            # Nothing to redraw: refilling would reset the columns to their labels' widths
+            # until the table is next idle (a flicker every refresh on a busy machine).
+            return
+        selected = self.row_ids[table.cursor_row] if self.row_ids and table.row_count else None
+        table.clear()
+        for run_id, cells in rows:
+            table.add_row(*cells, key=run_id)
+        self.row_ids = [run_id for run_id, _ in rows]
+        self._shown = rows
         if selected in self.row_ids:  # keep the cursor on the same run as rows arrive
             table.move_cursor(row=self.row_ids.index(selected))
 

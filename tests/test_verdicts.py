@@ -7,10 +7,11 @@ import asyncio
 import uuid
 
 import aiohttp
+import psycopg
 from conftest import Api, Project, assert_sketches_stored, query
 from psycopg_pool import AsyncConnectionPool
 
-from keelwave.server.store import verdicts
+from keelwave.server.store import run_calls, verdicts
 
 
 async def start(api: Api, project: Project, name: str = "researcher") -> str:
@@ -288,10 +289,16 @@ async def test_the_keeper_reads_back_only_the_inputs_that_may_be_near_duplicates
     assert data["findings"] == ["near_duplicate"] and not data["detected_loop"]
     assert assert_sketches_stored(db_url, project.id) == 6
 
-    read = verdicts.CALLS_OF_RUN.format(project="%s", run="%s")
-    rows = query(db_url, read, (uuid.UUID(project.id), uuid.UUID(run_id)))
-    got = {index: (tool_input is not None, output is not None)
-           for index, _, _, _, tool_input, output in rows}  # fmt: skip
+    key = (uuid.UUID(project.id), uuid.UUID(run_id))
+    async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as conn:
+
+        async def fetch(sql: str, params: dict) -> list[tuple]:
+            return await (await conn.execute(sql, params)).fetchall()
+
+        read = await run_calls.read_calls(fetch, [key])
+    assert read.counts == {key: 7} and not read.changed
+    got = {call.step_index: (call.tool_input is not None, call.tool_output is not None)
+           for call in read.calls[key]}  # fmt: skip
     # steps 1-3: alike once the request id is masked; 4-6: a tool called three times
     # whose inputs share no sketch. Both are three calls of one tool in a row.
     assert got == {1: (True, True), 2: (True, True), 3: (True, True),

@@ -10,19 +10,20 @@ loops again, and cycles, near-duplicates and calls that make no progress.
 from __future__ import annotations
 
 import base64
+import uuid
 
 from aiohttp import web
 
 from keelwave.server.findings import findings
 from keelwave.server.http import appkeys
 from keelwave.server.http.auth import ANY, READ
-from keelwave.server.http.errors import not_found
+from keelwave.server.http.errors import not_found, unavailable
 from keelwave.server.http.operations import ApiRoutes
 from keelwave.server.http.params import project_of, run_id_of
 from keelwave.server.http.responses import respond
 from keelwave.server.query.plans import run_queries
 from keelwave.server.query.schemas import FindingsResponse, LoopGroup, LoopsResponse, MeResponse
-from keelwave.server.store.verdicts import CALLS_OF_RUN, step_view
+from keelwave.server.store.run_calls import read_calls
 
 routes = ApiRoutes("query")
 
@@ -84,10 +85,6 @@ def loop_group(row: tuple) -> LoopGroup:
     return LoopGroup(base64.b64encode(fingerprint).decode("ascii"), hits, step_indices, tool_name)
 
 
-# The calls as the server's verdicts read them (store/verdicts.py), so the two agree.
-STEPS_FOR_FINDINGS_SQL = CALLS_OF_RUN.format(project="%s", run="%s")
-
-
 @routes.get(
     "/v1/projects/{project_id}/agent/runs/{run_id}/findings",
     summary="Get a run's findings",
@@ -99,9 +96,17 @@ async def run_findings(request: web.Request) -> web.Response:
     principal = await request.app[appkeys.KEYSTORE].authenticate(request, READ)
     project_id = project_of(request, principal)
     run_id = run_id_of(request)
+    key = (uuid.UUID(project_id), run_id)
     async with run_queries(request) as queries:
-        rows = await queries.rows(STEPS_FOR_FINDINGS_SQL, (project_id, run_id))
-        if not rows and not (await queries.row(RUN_EXISTS_SQL, {"p": project_id, "r": run_id}))[0]:
+        # The calls as the server's verdicts read them (store/run_calls.py), so the two
+        # agree. A run renumbered between the read's two statements is read again.
+        for _ in range(3):
+            read = await read_calls(queries.rows, [key])
+            if key not in read.changed:
+                break
+        else:
+            raise unavailable(1, f"run {run_id} is being renumbered by arriving spans; retry")
+        calls = read.calls.get(key, [])
+        if not calls and not (await queries.row(RUN_EXISTS_SQL, {"p": project_id, "r": run_id}))[0]:
             raise not_found(f"run {run_id}")
-    steps = [step_view(*row) for row in rows]
-    return respond(FindingsResponse, {"data": [f.as_dict() for f in findings(steps)]})
+    return respond(FindingsResponse, {"data": [f.as_dict() for f in findings(calls)]})

@@ -8,8 +8,10 @@ wakes it; rounds are at least ``MIN_GAP_SECONDS`` apart, so a run that gets
 several batches in a row is judged once for them) and every half second anyway
 (the due runs of another server, or of before a restart). A round:
 
-1. reads the due runs' step counts and steps in one statement (one snapshot),
-   without locks: ingest never waits for a keeper that is reading;
+1. reads the due runs' step counts and tool calls (store/run_calls.py: the
+   narrow columns of every call in one statement, one snapshot, then only the
+   payloads the detectors need), without locks: ingest never waits for a keeper
+   that is reading;
 2. runs the detectors (keelwave.server.findings) in a thread, so the event loop
    keeps answering ingest;
 3. in a short transaction under the runs' locks (statements.py's rule 1),
@@ -42,7 +44,6 @@ import asyncio
 import logging
 import os
 import time
-import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -50,8 +51,7 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from keelwave.server.findings import Finding, StepView, findings
-from keelwave.server.findings.detectors import NEAR_DUPLICATE_MIN_CALLS, NO_PROGRESS_MIN_CALLS
-from keelwave.server.store import statements
+from keelwave.server.store import run_calls, statements
 from keelwave.server.store.periodic import woken
 
 log = logging.getLogger("keelwave.verdicts")
@@ -64,7 +64,7 @@ RUNS_PER_ROUND = 200
 PACING = 10  # a run is not judged again before 10× the time judging it took
 LOOPS = ("exact_loop", "cycle")  # the findings that make a detected loop
 
-Key = tuple[uuid.UUID, uuid.UUID]  # (project, run)
+Key = run_calls.Key
 Verdict = tuple[bool, int | None, list[str]]
 
 # Due runs, and whether each has settled: ended, or quiet for a moment (an agent
@@ -74,68 +74,6 @@ SELECT project_id, id,
        ended_at IS NOT NULL OR last_activity_at < now() - make_interval(secs => %s) AS settled
 FROM agent_runs WHERE verdict_steps <> step_count
 ORDER BY last_activity_at LIMIT %s
-"""
-# What the detectors read of a run's tool calls (findings/detectors.py): the
-# fingerprint, which says which calls are the same call, and the input's sketch, which
-# says which may be near-duplicates (findings/sketch.py), always; the input only where
-# a near-duplicate is possible (3+ calls of one tool with one sketch; every input of a
-# tool called 3+ times in a run with steps stored before sketches were, which the
-# detectors sketch themselves), the output only where a stretch without progress is
-# (3+ consecutive calls of one tool). Payloads are the bulk of a step, and most of them
-# need not leave the database: the windows sort narrow rows, and only the steps whose
-# payloads are needed are read again for them (by their index, and their start time,
-# which lets a partitioned table look in one partition). The plan, per run: one index
-# scan in step order (the lag and lead need no sort), one sort by tool and sketch for
-# the counts, and a lookup per payload needed. (OFFSET 0 keeps the lateral subquery
-# whole: its condition on the outer row then gates the lookup, where a subquery merged
-# into the join would look up every step and filter after. A scalar subquery inside
-# CASE gates it too, but Citus runs that form many times slower.)
-assert NEAR_DUPLICATE_MIN_CALLS == NO_PROGRESS_MIN_CALLS == 3  # the SQL below says 3
-CALLS_OF_RUN = """
-SELECT s.step_index, s.tool_name, s.input_fingerprint, s.input_sketch,
-       p.tool_input, p.tool_output
-FROM (
-    SELECT b.*,
-           count(*) OVER (PARTITION BY b.project_id, b.run_id, b.tool_name) >= 3
-           AND (count(*) OVER (PARTITION BY b.project_id, b.run_id, b.tool_name,
-                                            b.input_sketch) >= 3
-                OR count(*) FILTER (WHERE b.input_sketch IS NULL)
-                       OVER (PARTITION BY b.project_id, b.run_id) > 0) AS input_needed
-    FROM (
-        SELECT t.project_id, t.run_id, t.step_index, t.started_at, t.tool_name,
-               t.input_fingerprint, t.input_sketch,
-               (t.tool_name = lag(t.tool_name) OVER w
-                AND t.tool_name = lag(t.tool_name, 2) OVER w)
-            OR (t.tool_name = lag(t.tool_name) OVER w AND t.tool_name = lead(t.tool_name) OVER w)
-            OR (t.tool_name = lead(t.tool_name) OVER w
-                AND t.tool_name = lead(t.tool_name, 2) OVER w) AS in_block
-        FROM agent_steps t
-        WHERE t.project_id = {project} AND t.run_id = {run} AND t.tool_name IS NOT NULL
-        WINDOW w AS (PARTITION BY t.project_id, t.run_id ORDER BY t.step_index)
-    ) b
-) s
-LEFT JOIN LATERAL (
-    SELECT CASE WHEN s.input_needed THEN p.tool_input::text END AS tool_input,
-           CASE WHEN s.in_block THEN p.tool_output::text END AS tool_output
-    FROM agent_steps p
-    WHERE (s.input_needed OR s.in_block)
-      AND p.project_id = s.project_id AND p.run_id = s.run_id
-      AND p.step_index = s.step_index AND p.started_at = s.started_at
-    OFFSET 0
-) p ON true
-"""
-# (The windows name the project and run they are over, though the query reads one run:
-# Citus pushes a window down to the shards only if it is partitioned by project_id.)
-# The runs' step counts and their calls, from one snapshot: the steps are those counted.
-READ = f"""
-WITH k AS (
-    SELECT * FROM unnest(%(projects)s::uuid[], %(ids)s::uuid[]) AS k (project_id, run_id)
-)
-SELECT r.project_id, r.id, r.step_count, NULL::int, NULL, NULL::bytea, NULL::bigint, NULL, NULL
-FROM agent_runs r JOIN k ON r.project_id = k.project_id AND r.id = k.run_id
-UNION ALL
-SELECT k.project_id, k.run_id, NULL, c.*
-FROM k CROSS JOIN LATERAL ({CALLS_OF_RUN.format(project="k.project_id", run="k.run_id")}) c
 """
 # (kinds are cast here, not in the UPDATE: Citus refuses a STABLE function, the cast
 # to text[], applied to a column in an UPDATE it sends to the shards.)
@@ -175,22 +113,6 @@ def verdict(found: list[Finding]) -> Verdict:
     return bool(loops), (min(loops) if loops else None), kinds
 
 
-def step_view(
-    index: int,
-    tool: str,
-    fingerprint: bytes | None,
-    sketch: int | None,
-    tool_input: str | None,
-    output: str | None,
-) -> StepView:
-    """A row of CALLS_OF_RUN as the detectors read it. Every stored tool step has a
-    fingerprint but one whose input nobody recorded (OTLP: a tool span without its
-    arguments): that input is unknown, not empty."""
-    given = None if tool_input is None else tool_input.encode("utf-8", "surrogatepass")
-    result = None if output is None else output.encode("utf-8", "surrogatepass")
-    return StepView(index, tool, given, result, fingerprint, fingerprint is not None, sketch)
-
-
 async def judge(
     pool: AsyncConnectionPool,
     limit: int = RUNS_PER_ROUND,
@@ -204,11 +126,15 @@ async def judge(
         due = [(project, run) for project, run, settled in rows if ready((project, run), settled)]
         if not due:
             return {}
-        keys = {"projects": [p for p, _ in due], "ids": [r for _, r in due]}
-        rows = await (await conn.execute(READ, keys)).fetchall()
-    # (in a thread: a round reads up to tens of thousands of calls, and the event loop
-    # keeps answering ingest meanwhile)
-    counts, judged = await asyncio.to_thread(_judge_rows, rows)
+
+        async def fetch(sql: str, params: dict) -> list[tuple]:
+            return await (await conn.execute(sql, params)).fetchall()
+
+        # (the Python in a thread: a round reads up to tens of thousands of calls, and
+        # the event loop keeps answering ingest meanwhile)
+        read = await run_calls.read_calls(fetch, due, offload=asyncio.to_thread)
+    counts = read.counts  # (a run without tool calls has none: it is judged on [])
+    judged = await asyncio.to_thread(_judge_all, {key: read.calls.get(key, []) for key in counts})
     if not judged:
         return {}
     async with pool.connection() as conn, statements.transaction(conn), conn.cursor() as cur:
@@ -221,31 +147,6 @@ async def judge(
         await cur.execute(SAVE, _columns(judged, counts))
         await cur.execute(statements.MERGE_ROLLUPS)
     return {key: seconds for key, (_, seconds) in judged.items()}
-
-
-def _judge_rows(rows: list[tuple]) -> tuple[dict[Key, int], dict[Key, tuple[Verdict, float]]]:
-    counts, steps = _runs_read(rows)
-    return counts, _judge_all({key: steps.get(key, []) for key in counts})
-
-
-def _runs_read(rows: list[tuple]) -> tuple[dict[Key, int], dict[Key, list[StepView]]]:
-    """READ's rows as each run's step count and its calls. (A run's calls come together:
-    each is filed under its run's key only when the run changes, since hashing a UUID is
-    Python code, and there are tens of thousands of calls in a round.)"""
-    counts: dict[Key, int] = {}
-    steps: dict[Key, list[StepView]] = {}
-    views: list[StepView] = []
-    last = None
-    for project, run, count, *call in rows:
-        if count is not None:
-            counts[(project, run)] = count
-            continue
-        ident = (project.int, run.int)
-        if ident != last:
-            last = ident
-            views = steps.setdefault((project, run), [])
-        views.append(step_view(*call))
-    return counts, steps
 
 
 def _columns(judged: dict[Key, tuple[Verdict, float]], counts: dict[Key, int]) -> dict[str, Any]:

@@ -205,12 +205,23 @@ async def compress_before(pool: AsyncConnectionPool, older_than: datetime) -> di
         _, _, heap = await _days(pool, table, older_than)
         if not heap:
             continue
-        async with pool.connection() as conn:
-            await conn.execute("SET timezone TO 'UTC'")
-            await conn.execute(
-                "CALL alter_old_partitions_set_access_method(%s::regclass, %s, 'columnar')",
-                (table, older_than),
-            )
+        for attempt in range(ATTEMPTS):
+            try:
+                async with pool.connection() as conn:
+                    await conn.execute("SET timezone TO 'UTC'")
+                    await conn.execute(
+                        "CALL alter_old_partitions_set_access_method(%s::regclass, %s, 'columnar')",
+                        (table, older_than),
+                    )
+                break
+            except psycopg.errors.DeadlockDetected:
+                # A day's rewrite locks it on the coordinator and then shard by shard on
+                # the workers; a read of many days (the verdict keeper's) locks them in
+                # another order, and Citus's detector may end the rewrite. The days done
+                # are committed: going again converts the rest.
+                if attempt == ATTEMPTS - 1:
+                    raise
+                await asyncio.sleep(random.uniform(0.05, 0.25))
         converted[table] = heap - (await _days(pool, table, older_than))[2]
     return converted
 

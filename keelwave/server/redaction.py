@@ -82,6 +82,9 @@ class ServerRedaction:
         self._rules = Redaction(patterns=patterns)
         # Patterns run on every payload: then nothing is screened.
         self._screen = None if patterns else screen
+        # Whether an attribute's value is hidden, by the attribute's whole name: spans
+        # repeat a few dozen names, each looked at once.
+        self._secret_names: dict[str, bool] = {}
 
     def _may_hold_secret(self, text: str) -> bool:
         if self._screen is not None:
@@ -121,10 +124,16 @@ class ServerRedaction:
         look-around beyond the match's own characters), so what it finds in one value
         it finds in their concatenation. False sends the span down the walk, value by
         value, as before."""
-        secret_key = self._secret_attribute
+        secret_names = self._secret_names
         texts = []
         for key, value in values.items():
-            if secret_key(key):
+            secret = secret_names.get(key)
+            if secret is None:
+                secret = self._secret_attribute(key)
+                if len(secret_names) >= 4096:  # a client sending endless distinct names
+                    secret_names.clear()
+                secret_names[key] = secret
+            if secret:
                 return False
             if isinstance(value, str):
                 texts.append(value)

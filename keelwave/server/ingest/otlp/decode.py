@@ -117,7 +117,18 @@ def from_protobuf(body: bytes) -> list[Span]:
 
 
 def _pb_attributes(pairs: Any) -> dict[str, Any]:
-    return {pair.key: _pb_value(pair.value, 0) for pair in pairs}
+    attributes = {}
+    for pair in pairs:
+        value = pair.value
+        which = value.WhichOneof("value")
+        # (the scalars here, without a call each: most attributes are strings and ints)
+        if which == "string_value":
+            attributes[pair.key] = value.string_value
+        elif which == "int_value":
+            attributes[pair.key] = value.int_value
+        else:
+            attributes[pair.key] = _pb_value(value, 0)
+    return attributes
 
 
 def _pb_value(value: Any, depth: int) -> Any:

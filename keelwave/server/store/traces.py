@@ -133,6 +133,16 @@ class _Plan:
     calls: list[tuple] = field(default_factory=list)
 
 
+def _span_stored_already(error: psycopg.Error) -> bool:
+    """Whether the COPY of new spans failed on otlp_spans's primary key. Citus reports
+    a worker's unique violation during a COPY as an internal error (XX000) with the
+    shard's constraint in the message (``otlp_spans_pkey_102225``), not as 23505."""
+    if isinstance(error, psycopg.errors.UniqueViolation):
+        return True
+    message = error.diag.message_primary or ""
+    return message.startswith('duplicate key value violates unique constraint "otlp_spans_pkey')
+
+
 def trace_lock_key(project_id: uuid.UUID, trace_id: bytes) -> int:
     value = int.from_bytes(hashlib.blake2b(project_id.bytes + trace_id, digest_size=4).digest())
     return value - 0x80000000
@@ -159,7 +169,10 @@ async def store_export(
     async def store() -> int:
         try:
             return await _store_export(pool, project_id, spans, project, staged=False)
-        except psycopg.errors.UniqueViolation:  # another node added some of these spans
+        except (psycopg.errors.UniqueViolation, psycopg.errors.InternalError) as error:
+            if not _span_stored_already(error):
+                raise
+            # another node added some of these spans
             return await _store_export(pool, project_id, spans, project, staged=True)
 
     return await citus_partitions.decompressing(pool, project_id, store, runs)

@@ -32,7 +32,6 @@ import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import datetime
 from itertools import groupby
 from operator import attrgetter
 
@@ -42,37 +41,44 @@ from keelwave.server.findings.detectors import NEAR_DUPLICATE_MIN_CALLS, NO_PROG
 Key = tuple[uuid.UUID, uuid.UUID]  # (project, run)
 Fetch = Callable[[str, dict], Awaitable[list[tuple]]]  # runs a statement, returns its rows
 
-# (The lateral subqueries keep Citus and the planner to one index lookup per run, and
-# per payload: joined plainly, an estimate off by a little can turn them into a scan
-# of the table. OFFSET 0 keeps the subquery from being merged into the join.)
-_KEYS = """
-WITH k AS (
-    SELECT * FROM unnest(%(projects)s::uuid[], %(ids)s::uuid[]) AS k (project_id, run_id)
-)"""
-CALLS = f"""{_KEYS}
-SELECT r.project_id, r.id, r.step_count, NULL::int, NULL, NULL::bytea, NULL::bigint,
-       NULL::timestamptz
+# Runs are named in the rows by their place in the request (``n``, from 1), and start
+# times travel as microseconds since the epoch: a round reads tens of thousands of
+# calls, and two UUIDs and a timestamp a row, parsed and sent back, cost more Python
+# than the rest of the read. (``μs * interval '1 microsecond'`` is exact: the factor
+# is a float8, exact below 2^53 µs, about 285 years.) The lateral subqueries keep
+# Citus and the planner to one index lookup per run, and per payload.
+_RUNS = """
+    SELECT * FROM unnest(%(projects)s::uuid[], %(ids)s::uuid[]) WITH ORDINALITY
+        AS k (project_id, run_id, n)"""
+CALLS = f"""
+WITH k AS ({_RUNS}
+)
+SELECT k.n, r.step_count, NULL::int, NULL, NULL::bytea, NULL::bigint, NULL::bigint
 FROM agent_runs r JOIN k ON r.project_id = k.project_id AND r.id = k.run_id
 UNION ALL
-SELECT k.project_id, k.run_id, NULL, c.*
+SELECT k.n, NULL, c.*
 FROM k CROSS JOIN LATERAL (
-    SELECT t.step_index, t.tool_name, t.input_fingerprint, t.input_sketch, t.started_at
+    SELECT t.step_index, t.tool_name, t.input_fingerprint, t.input_sketch,
+           (extract(epoch FROM t.started_at) * 1000000)::bigint
     FROM agent_steps t
     WHERE t.project_id = k.project_id AND t.run_id = k.run_id AND t.tool_name IS NOT NULL
 ) c
 """
-PAYLOADS = """
+# (wants: 1 the input, 2 the output, 3 both)
+PAYLOADS = f"""
 WITH k AS (
-    SELECT * FROM unnest(%(projects)s::uuid[], %(ids)s::uuid[], %(indices)s::int[],
-                         %(starts)s::timestamptz[], %(inputs)s::boolean[],
-                         %(outputs)s::boolean[])
-        AS k (project_id, run_id, step_index, started_at, want_input, want_output)
+    SELECT r.project_id, r.run_id, s.n, s.step_index, s.wants,
+           timestamptz 'epoch' + s.started * interval '1 microsecond' AS started_at
+    FROM unnest(%(runs)s::bigint[], %(indices)s::int[], %(starts)s::bigint[],
+                %(wants)s::int[]) AS s (n, step_index, started, wants)
+    JOIN ({_RUNS}
+    ) r ON r.n = s.n
 )
-SELECT k.project_id, k.run_id, k.step_index, p.*
+SELECT k.n, k.step_index, p.*
 FROM k CROSS JOIN LATERAL (
     SELECT p.input_fingerprint,
-           CASE WHEN k.want_input THEN p.tool_input::text END AS tool_input,
-           CASE WHEN k.want_output THEN p.tool_output::text END AS tool_output
+           CASE WHEN k.wants & 1 = 1 THEN p.tool_input::text END AS tool_input,
+           CASE WHEN k.wants & 2 = 2 THEN p.tool_output::text END AS tool_output
     FROM agent_steps p
     WHERE p.project_id = k.project_id AND p.run_id = k.run_id
       AND p.step_index = k.step_index AND p.started_at = k.started_at
@@ -90,15 +96,6 @@ class RunCalls:
     changed: set[Key]
 
 
-@dataclass(slots=True)
-class _Wanted:
-    key: Key
-    view: StepView
-    started_at: datetime
-    want_input: bool
-    want_output: bool
-
-
 def wanted(views: list[StepView]) -> list[tuple[StepView, bool, bool]]:
     """The calls of one run (in step order) whose payloads the detectors need, each with
     whether its input and whether its output is needed (the module's rules)."""
@@ -108,7 +105,7 @@ def wanted(views: list[StepView]) -> list[tuple[StepView, bool, bool]]:
     in_block: set[int] = set()  # positions of calls in 3+ consecutive calls of one tool
     position = 0
     for _, same in groupby(views, attrgetter("tool_name")):
-        length = sum(1 for _ in same)
+        length = len(list(same))
         if length >= NO_PROGRESS_MIN_CALLS:
             in_block.update(range(position, position + length))
         position += length
@@ -122,48 +119,44 @@ def wanted(views: list[StepView]) -> list[tuple[StepView, bool, bool]]:
     return found
 
 
-def _calls(rows: list[tuple]) -> tuple[RunCalls, list[_Wanted]]:
-    """CALLS's rows as each run's count and calls, and the payloads to read. (A run's
-    calls come together: each is filed under its run's key only when the run changes,
-    since hashing a UUID is Python code and a round reads tens of thousands of calls.)"""
+def _calls(keys: list[Key], rows: list[tuple]) -> tuple[RunCalls, list[tuple]]:
+    """CALLS's rows as each run's count and calls, and the payloads to read: (run's
+    place, view, start time in µs, wants)."""
     counts: dict[Key, int] = {}
     calls: dict[Key, list[StepView]] = {}
-    starts: dict[int, datetime] = {}  # id(view) -> its step's start time
-    views: list[StepView] = []
-    last = None
-    for project, run, count, index, tool, fingerprint, sketch, started_at in rows:
+    starts: dict[int, int] = {}  # id(view) -> its step's start time
+    by_place: list[list[StepView]] = [[] for _ in keys]
+    for n, count, index, tool, fingerprint, sketch, started in rows:
         if count is not None:
-            counts[(project, run)] = count
+            counts[keys[n - 1]] = count
             continue
-        ident = (project.int, run.int)
-        if ident != last:
-            last = ident
-            views = calls.setdefault((project, run), [])
         view = StepView(index, tool, None, None, fingerprint, fingerprint is not None, sketch)
-        views.append(view)
-        starts[id(view)] = started_at
+        by_place[n - 1].append(view)
+        starts[id(view)] = started
     needed = []
-    for key, views in calls.items():
+    for n, views in enumerate(by_place, start=1):
+        if not views:
+            continue
+        calls[keys[n - 1]] = views
         views.sort(key=attrgetter("step_index"))
         for view, want_input, want_output in wanted(views):
-            needed.append(_Wanted(key, view, starts[id(view)], want_input, want_output))
+            needed.append((n, view, starts[id(view)], want_input | want_output << 1))
     return RunCalls(counts, calls, set()), needed
 
 
-def _fill(found: RunCalls, needed: list[_Wanted], rows: list[tuple]) -> RunCalls:
+def _fill(keys: list[Key], found: RunCalls, needed: list[tuple], rows: list[tuple]) -> RunCalls:
     """Put the payloads read into the calls; leave out a run whose steps changed."""
-    by_step = {(project.int, run.int, index): rest for project, run, index, *rest in rows}
-    for want in needed:
-        project, run = want.key
-        row = by_step.get((project.int, run.int, want.view.step_index))
-        if row is None or row[0] != want.view.fingerprint:
-            found.changed.add(want.key)
+    by_step = {(n, index): rest for n, index, *rest in rows}
+    for n, view, _, _ in needed:
+        row = by_step.get((n, view.step_index))
+        if row is None or row[0] != view.fingerprint:
+            found.changed.add(keys[n - 1])
             continue
         _, tool_input, tool_output = row
         if tool_input is not None:
-            want.view.tool_input = tool_input.encode("utf-8", "surrogatepass")
+            view.tool_input = tool_input.encode("utf-8", "surrogatepass")
         if tool_output is not None:
-            want.view.tool_output = tool_output.encode("utf-8", "surrogatepass")
+            view.tool_output = tool_output.encode("utf-8", "surrogatepass")
     for key in found.changed:
         found.calls.pop(key, None)
         found.counts.pop(key, None)
@@ -182,19 +175,19 @@ async def read_calls(
     async def run(fn, *args):
         return await offload(fn, *args) if offload is not None else fn(*args)
 
-    params = {"projects": [p for p, _ in keys], "ids": [r for _, r in keys]}
-    found, needed = await run(_calls, await fetch(CALLS, params))
+    keys = list(dict.fromkeys(keys))  # (each run once: its place names it)
+    runs = {"projects": [p for p, _ in keys], "ids": [r for _, r in keys]}
+    found, needed = await run(_calls, keys, await fetch(CALLS, runs))
     if not needed:
         return found
     payloads = await fetch(
         PAYLOADS,
         {
-            "projects": [want.key[0] for want in needed],
-            "ids": [want.key[1] for want in needed],
-            "indices": [want.view.step_index for want in needed],
-            "starts": [want.started_at for want in needed],
-            "inputs": [want.want_input for want in needed],
-            "outputs": [want.want_output for want in needed],
+            **runs,
+            "runs": [n for n, _, _, _ in needed],
+            "indices": [view.step_index for _, view, _, _ in needed],
+            "starts": [started for _, _, started, _ in needed],
+            "wants": [wants for _, _, _, wants in needed],
         },
     )
-    return await run(_fill, found, needed, payloads)
+    return await run(_fill, keys, found, needed, payloads)

@@ -55,6 +55,22 @@ ADMIN_URL = os.environ.get(
 ON_CITUS = os.environ.get("KEELWAVE_TEST_CITUS_URL") == ADMIN_URL
 
 
+# For tests of how the writer's lane for one PostgreSQL keeps its guarantees (its run
+# locks, its staging tables): the Citus lane keeps them otherwise, tested in
+# test_citus*.py.
+plain_lane_only = pytest.mark.skipif(
+    ON_CITUS, reason="tests the one-PostgreSQL lane's mechanism (store/lane.py), not Citus's"
+)
+
+
+def writer_lane() -> type:
+    """The writer's lane class that ``serve`` would use on the database under test."""
+    from keelwave.server.store.citus.lane import CitusLane
+    from keelwave.server.store.lane import Lane
+
+    return CitusLane if ON_CITUS else Lane
+
+
 # Tests run three files at a time (pyproject.toml). A Citus test file that stops and
 # starts the cluster's nodes (DISTURBS_THE_CLUSTER = True) must run alone: while a
 # Citus cluster is given, every file takes a turn on a file lock, shared, and those

@@ -22,7 +22,9 @@ from conftest import (
     drop_database,
     make_project,
     make_settings,
+    plain_lane_only,
     query,
+    writer_lane,
 )
 from test_writer import step
 
@@ -59,7 +61,9 @@ def stored(db_url: str, project_id: str) -> tuple[int, int, int]:
 @pytest.fixture
 async def two_writers(db_url: str):
     """Two writers of one lane each: two server processes."""
-    writers = [IngestWriter(db_url, 5000, 100_000, lanes=1) for _ in range(2)]
+    writers = [
+        IngestWriter(db_url, 5000, 100_000, lanes=1, lane_class=writer_lane()) for _ in range(2)
+    ]
     for writer in writers:
         writer.start()
     yield writers
@@ -67,6 +71,7 @@ async def two_writers(db_url: str):
         await writer.close()
 
 
+@plain_lane_only
 @pytest.mark.parametrize("runs", [20, statements.FINE_LOCKS_UP_TO + 44])  # run locks; group locks
 async def test_two_writers_store_the_same_fresh_steps_once(
     two_writers: list[IngestWriter], db_url: str, runs: int, monkeypatch
@@ -99,7 +104,13 @@ async def test_two_lanes_of_one_writer_store_the_same_fresh_steps_once(db_url: s
     """One server process with two lanes: each lane takes one of the two requests."""
     project = make_project(db_url)
     per_request = 40 * 25
-    writer = IngestWriter(db_url, flush_max_rows=per_request, buffer_max_rows=100_000, lanes=2)
+    writer = IngestWriter(
+        db_url,
+        flush_max_rows=per_request,
+        buffer_max_rows=100_000,
+        lanes=2,
+        lane_class=writer_lane(),
+    )
     writer.start()
     expected = 0
     try:
@@ -135,7 +146,10 @@ async def test_repeatable_read_by_default_still_stores_fresh_steps_once(
     [(level,)] = query(repeatable_read_db, "SHOW default_transaction_isolation")
     assert level == "repeatable read"
     project = make_project(repeatable_read_db)
-    writers = [IngestWriter(repeatable_read_db, 5000, 100_000, lanes=1) for _ in range(2)]
+    writers = [
+        IngestWriter(repeatable_read_db, 5000, 100_000, lanes=1, lane_class=writer_lane())
+        for _ in range(2)
+    ]
     for writer in writers:
         writer.start()
     try:
@@ -150,6 +164,7 @@ async def test_repeatable_read_by_default_still_stores_fresh_steps_once(
     assert rows == distinct == len(steps)
 
 
+@plain_lane_only
 async def test_staging_tables_are_truncated_and_nothing_is_lost(db_url: str, monkeypatch) -> None:
     """Past TRUNCATE_STAGES_AFTER_ROWS staged rows a flush empties the staging tables
     with TRUNCATE instead of DELETE; rows either side of it are all stored once."""
@@ -163,7 +178,7 @@ async def test_staging_tables_are_truncated_and_nothing_is_lost(db_url: str, mon
 
     monkeypatch.setattr(lane_module.Lane, "_truncate_now", recording)
     project = make_project(db_url)
-    writer = IngestWriter(db_url, 5000, 100_000, lanes=1)
+    writer = IngestWriter(db_url, 5000, 100_000, lanes=1, lane_class=writer_lane())
     writer.start()
     run_ids = [uuid.uuid4() for _ in range(lane_module.TRUNCATE_STAGES_AFTER_ROWS + 500)]
     try:

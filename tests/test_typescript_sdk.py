@@ -171,7 +171,8 @@ def test_the_two_sdks_resend_each_others_spool(
     with psycopg.connect(db_url) as conn:
         rows = conn.execute(
             "SELECT r.agent_name, r.termination_reason, count(s.step_index) FROM agent_runs r "
-            "JOIN agent_steps s ON s.run_id = r.id WHERE r.project_id = %s "
+            "JOIN agent_steps s ON s.project_id = r.project_id AND s.run_id = r.id "
+            "WHERE r.project_id = %s "
             "GROUP BY 1, 2 ORDER BY 1",
             (key.project_id,),
         ).fetchall()

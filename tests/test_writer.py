@@ -8,7 +8,7 @@ import uuid
 from datetime import UTC, datetime
 
 import pytest
-from conftest import make_project, query
+from conftest import make_project, query, writer_lane
 
 from keelwave.server.findings.sketch import stored_sketch
 from keelwave.server.store import lane as lane_module
@@ -27,7 +27,9 @@ def step(project_id: str, run_id: uuid.UUID, index: int, step_type: str = "tool_
 
 @pytest.fixture
 async def writer(db_url: str):
-    writer = IngestWriter(db_url, flush_max_rows=5000, buffer_max_rows=100_000)
+    writer = IngestWriter(
+        db_url, flush_max_rows=5000, buffer_max_rows=100_000, lane_class=writer_lane()
+    )
     writer.start()
     yield writer
     await writer.close()
@@ -268,7 +270,9 @@ async def test_a_bad_request_among_many_is_found_in_few_transactions(
         return await original(self, batch)
 
     monkeypatch.setattr(lane_module.Lane, "commit", counting)
-    writer = IngestWriter(db_url, flush_max_rows=5000, buffer_max_rows=100_000, lanes=1)
+    writer = IngestWriter(
+        db_url, flush_max_rows=5000, buffer_max_rows=100_000, lanes=1, lane_class=writer_lane()
+    )
     writer.start()
     project = make_project(db_url)
     run_ids = [uuid.uuid4() for _ in range(256)]
@@ -301,7 +305,9 @@ async def test_text_written_into_scripts_survives_a_session_that_changed_its_quo
     """A few rows travel as SQL literals, quoted for standard_conforming_strings=on and
     UTF-8. If something turned that off on the lane's session, backslashes would become
     escapes: the writer checks before every script and restores what it relies on."""
-    writer = IngestWriter(db_url, flush_max_rows=5000, buffer_max_rows=100_000, lanes=1)
+    writer = IngestWriter(
+        db_url, flush_max_rows=5000, buffer_max_rows=100_000, lanes=1, lane_class=writer_lane()
+    )
     writer.start()
     try:
         await _write_through_a_changed_session(writer, db_url)

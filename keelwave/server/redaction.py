@@ -124,16 +124,10 @@ class ServerRedaction:
         look-around beyond the match's own characters), so what it finds in one value
         it finds in their concatenation. False sends the span down the walk, value by
         value, as before."""
-        secret_names = self._secret_names
+        secret_key = self._secret_attribute
         texts = []
         for key, value in values.items():
-            secret = secret_names.get(key)
-            if secret is None:
-                secret = self._secret_attribute(key)
-                if len(secret_names) >= 4096:  # a client sending endless distinct names
-                    secret_names.clear()
-                secret_names[key] = secret
-            if secret:
+            if secret_key(key):
                 return False
             if isinstance(value, str):
                 texts.append(value)
@@ -151,8 +145,14 @@ class ServerRedaction:
 
     def _secret_attribute(self, key: str) -> bool:
         """Whether an attribute's value is hidden for its name (``db.password``): by
-        its last dotted part (the rules remember their verdict per name)."""
-        return self._rules.secret_key(key.rsplit(".", 1)[-1])
+        its last dotted part, remembered by the whole name."""
+        secret = self._secret_names.get(key)
+        if secret is None:
+            secret = self._rules.secret_key(key.rsplit(".", 1)[-1])
+            if len(self._secret_names) >= 4096:  # a client sending endless distinct names
+                self._secret_names.clear()
+            self._secret_names[key] = secret
+        return secret
 
     def _value(self, key: str, value: Any) -> Any:
         rules = self._rules

@@ -140,22 +140,31 @@ async def is_partitioned(conn: psycopg.AsyncConnection) -> bool:
     return count == len(TABLES)
 
 
+async def _retried(attempt: Callable[[], Awaitable[None]]) -> None:
+    """``attempt()`` again, up to ATTEMPTS times, while it times out on a lock or the
+    deadlock detector (of PostgreSQL or of Citus, across nodes) ends it."""
+    for number in range(ATTEMPTS):
+        try:
+            return await attempt()
+        except (psycopg.errors.LockNotAvailable, psycopg.errors.DeadlockDetected):
+            if number == ATTEMPTS - 1:
+                raise
+            await asyncio.sleep(random.uniform(0.05, 0.25) * (1 + number // 5))
+
+
 async def _ddl(pool: AsyncConnectionPool, sql: str, args: Any = None) -> None:
     """Run ``sql`` in a transaction whose locks, on the coordinator and on the workers,
     are waited for LOCK_TIMEOUT_MS at most; retried ATTEMPTS times."""
-    for attempt in range(ATTEMPTS):
-        try:
-            async with pool.connection() as conn, conn.transaction():
-                # SET LOCAL reaches the workers' side of the transaction only so.
-                await conn.execute("SET LOCAL citus.propagate_set_commands TO 'local'")
-                await conn.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT_MS}ms'")
-                await conn.execute("SET LOCAL timezone TO 'UTC'")  # the days are UTC days
-                await conn.execute(sql, args)
-            return
-        except (psycopg.errors.LockNotAvailable, psycopg.errors.DeadlockDetected):
-            if attempt == ATTEMPTS - 1:
-                raise
-            await asyncio.sleep(random.uniform(0.05, 0.25) * (1 + attempt // 5))
+
+    async def attempt() -> None:
+        async with pool.connection() as conn, conn.transaction():
+            # SET LOCAL reaches the workers' side of the transaction only so.
+            await conn.execute("SET LOCAL citus.propagate_set_commands TO 'local'")
+            await conn.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT_MS}ms'")
+            await conn.execute("SET LOCAL timezone TO 'UTC'")  # the days are UTC days
+            await conn.execute(sql, args)
+
+    await _retried(attempt)
 
 
 async def _days(pool: AsyncConnectionPool, table: str, before: datetime) -> tuple[int, int, int]:
@@ -205,23 +214,20 @@ async def compress_before(pool: AsyncConnectionPool, older_than: datetime) -> di
         _, _, heap = await _days(pool, table, older_than)
         if not heap:
             continue
-        for attempt in range(ATTEMPTS):
-            try:
-                async with pool.connection() as conn:
-                    await conn.execute("SET timezone TO 'UTC'")
-                    await conn.execute(
-                        "CALL alter_old_partitions_set_access_method(%s::regclass, %s, 'columnar')",
-                        (table, older_than),
-                    )
-                break
-            except psycopg.errors.DeadlockDetected:
-                # A day's rewrite locks it on the coordinator and then shard by shard on
-                # the workers; a read of many days (the verdict keeper's) locks them in
-                # another order, and Citus's detector may end the rewrite. The days done
-                # are committed: going again converts the rest.
-                if attempt == ATTEMPTS - 1:
-                    raise
-                await asyncio.sleep(random.uniform(0.05, 0.25))
+
+        async def convert(table: str = table) -> None:
+            async with pool.connection() as conn:
+                await conn.execute("SET timezone TO 'UTC'")
+                await conn.execute(
+                    "CALL alter_old_partitions_set_access_method(%s::regclass, %s, 'columnar')",
+                    (table, older_than),
+                )
+
+        # A day's rewrite locks it on the coordinator, then shard by shard on the
+        # workers; a read of many days (the verdict keeper's) locks them in another
+        # order, and Citus's detector may end the rewrite. The days done are
+        # committed: going again converts the rest.
+        await _retried(convert)
         converted[table] = heap - (await _days(pool, table, older_than))[2]
     return converted
 

@@ -8,10 +8,11 @@ import uuid
 from datetime import UTC, datetime
 
 import pytest
-from conftest import make_project, query, writer_lane
+from conftest import make_project, plain_lane_only, query, writer_lane
 
 from keelwave.server.findings.sketch import stored_sketch
 from keelwave.server.store import lane as lane_module
+from keelwave.server.store.lifecycle import Finish, finish_row
 from keelwave.server.store.writer import IngestWriter, RowsRejected
 
 # The sizes below take both ways rows travel: values in the script's text, and COPY.
@@ -61,7 +62,7 @@ async def test_rows_the_database_rejects_fail_only_their_request(
         *(writer.write(steps=request(run_id)) for run_id in good_runs[1:]),
         return_exceptions=True,
     )
-    assert [type(result) for result in results] == [type(None), RowsRejected, *[type(None)] * 2]
+    assert [type(result) for result in results] == [list, RowsRejected, *[list] * 2]
     assert "check constraint" in str(results[1])
     stored = dict(
         query(
@@ -288,7 +289,7 @@ async def test_a_bad_request_among_many_is_found_in_few_transactions(
         )
     finally:
         await writer.close()
-    assert [n for n, result in enumerate(results) if result is not None] == [77]
+    assert [n for n, result in enumerate(results) if isinstance(result, Exception)] == [77]
     assert isinstance(results[77], RowsRejected)
     [(count,)] = query(
         db_url,
@@ -334,3 +335,132 @@ async def _write_through_a_changed_session(writer: IngestWriter, db_url: str) ->
         (run_id,),
     )
     assert (stored_input.encode(), content) == (payload, "back\\slash 'quoted' ünïcode")
+
+
+def run_row(project_id: str, run_id: uuid.UUID, agent: str = "finishing") -> tuple:
+    return (uuid.UUID(project_id), run_id, agent, None, datetime.now(UTC), None, None, [])
+
+
+def finish(project_id: str, run_id: uuid.UUID, reason: str = "clean", **fields) -> tuple:
+    return finish_row(uuid.UUID(project_id), run_id, Finish(reason, datetime.now(UTC), **fields))
+
+
+def rollups(db_url: str, project_id: str) -> tuple:
+    """(run rollups, run-duration histogram, tool rollups) of a project, summed."""
+    [runs] = query(
+        db_url,
+        "SELECT sum(runs), sum(finished_runs), sum(error_runs), sum(term_clean), "
+        "sum(term_error), sum(steps) FROM agent_run_rollups WHERE project_id = %s",
+        (project_id,),
+    )
+    [(durations,)] = query(
+        db_url, "SELECT sum(runs) FROM agent_duration_rollups WHERE project_id = %s", (project_id,)
+    )
+    [tools] = query(
+        db_url,
+        "SELECT sum(calls), sum(runs), sum(repeated_calls) FROM agent_tool_rollups "
+        "WHERE project_id = %s",
+        (project_id,),
+    )
+    return tuple(runs), durations, tuple(tools)
+
+
+@plain_lane_only
+async def test_a_run_started_stepped_and_finished_in_one_flush(
+    writer: IngestWriter, db_url: str
+) -> None:
+    """Finishes share the writer's transactions: a run started, given its steps and
+    finished by requests committed together is found and finished after its steps,
+    its tool calls count once, and an unknown run's finish says so."""
+    project = make_project(db_url)
+    run_id, unknown = uuid.uuid4(), uuid.uuid4()
+    results = await asyncio.gather(
+        writer.write(runs=[run_row(project.id, run_id)]),
+        writer.write(steps=[step(project.id, run_id, i) for i in range(5)]),
+        writer.write(finishes=[finish(project.id, run_id, output='{"answer": 42}')]),
+        writer.write(finishes=[finish(project.id, unknown), finish(project.id, run_id)]),
+    )
+    assert results == [[], [], [True], [False, True]]
+    [(reason, output, step_count, finished)] = query(
+        db_url,
+        "SELECT termination_reason, output::text, step_count, ended_at IS NOT NULL "
+        "FROM agent_runs WHERE id = %s",
+        (run_id,),
+    )
+    assert (reason, output, step_count, finished) == ("clean", '{"answer": 42}', 5, True)
+    [(transactions,)] = query(
+        db_url,
+        "SELECT count(DISTINCT xmin::text) FROM (SELECT xmin FROM agent_runs WHERE id = %s "
+        "UNION ALL SELECT xmin FROM agent_steps WHERE run_id = %s) AS rows",
+        (run_id, run_id),
+    )
+    assert transactions == 1  # all four requests were committed together
+    # runs, finished, errors, clean, error, steps; one run in the duration histogram;
+    # tool calls, runs calling the tool, calls repeating an earlier input.
+    assert rollups(db_url, project.id) == ((1, 1, 0, 1, 0, 5), 1, (5, 1, 4))
+
+
+@plain_lane_only
+async def test_a_run_finished_twice_in_one_flush_ends_as_the_last_finish_says(
+    writer: IngestWriter, db_url: str
+) -> None:
+    """Two finishes of a run committed together apply in order, as two transactions
+    would: the run moves from error to clean in the rollups, and its tool calls
+    still count once."""
+    project = make_project(db_url)
+    run_id = uuid.uuid4()
+    await writer.write(runs=[run_row(project.id, run_id)])
+    await writer.write(steps=[step(project.id, run_id, i) for i in range(3)])
+    results = await asyncio.gather(
+        writer.write(finishes=[finish(project.id, run_id, "error", error="boom")]),
+        writer.write(finishes=[finish(project.id, run_id, "clean")]),
+    )
+    assert results == [[True], [True]]
+    [(reason, error)] = query(
+        db_url, "SELECT termination_reason, error FROM agent_runs WHERE id = %s", (run_id,)
+    )
+    assert (reason, error) == ("clean", "boom")  # a finish without an error keeps the last
+    assert rollups(db_url, project.id) == ((1, 1, 0, 1, 0, 3), 1, (3, 1, 2))
+
+
+@plain_lane_only
+async def test_many_finishes_in_one_request_go_by_copy(writer: IngestWriter, db_url: str) -> None:
+    """More finishes than INLINE_ROWS travel by COPY; JSON outputs stay JSON."""
+    project = make_project(db_url)
+    runs = [uuid.uuid4() for _ in range(lane_module.INLINE_ROWS + 9)]
+    await writer.write(runs=[run_row(project.id, run_id) for run_id in runs])
+    found = await writer.write(
+        finishes=[
+            finish(project.id, run_id, "error" if n % 2 else "clean", output=f'{{"n": {n}}}')
+            for n, run_id in enumerate(runs)
+        ]
+    )
+    assert found == [True] * len(runs)
+    outputs = dict(
+        query(db_url, "SELECT id, output->>'n' FROM agent_runs WHERE project_id = %s", (project.id,))
+    )
+    assert outputs == {run_id: str(n) for n, run_id in enumerate(runs)}
+    count = len(runs)
+    assert rollups(db_url, project.id)[0] == (count, count, count // 2, count - count // 2,
+                                               count // 2, 0)  # fmt: skip
+
+
+@plain_lane_only
+async def test_a_finish_the_database_refuses_fails_only_its_request(
+    writer: IngestWriter, db_url: str
+) -> None:
+    project = make_project(db_url)
+    runs = [uuid.uuid4() for _ in range(3)]
+    await writer.write(runs=[run_row(project.id, run_id) for run_id in runs])
+    results = await asyncio.gather(
+        writer.write(finishes=[finish(project.id, runs[0])]),
+        writer.write(finishes=[finish(project.id, runs[1], "not-a-reason")]),  # fails a CHECK
+        writer.write(finishes=[finish(project.id, runs[2])]),
+        return_exceptions=True,
+    )
+    assert [type(result) for result in results] == [list, RowsRejected, list]
+    reasons = dict(
+        query(db_url, "SELECT id, termination_reason FROM agent_runs WHERE project_id = %s",
+              (project.id,))  # fmt: skip
+    )
+    assert reasons == {runs[0]: "clean", runs[1]: None, runs[2]: "clean"}

@@ -48,7 +48,7 @@ from keelwave.server.ingest.schemas import (
     timestamp,
 )
 from keelwave.server.redaction import ServerRedaction
-from keelwave.server.store.lifecycle import Finish, finish_run, finish_runs
+from keelwave.server.store.lifecycle import Finish, finish_row, finish_runs
 from keelwave.server.store.writer import (
     DatabaseRefused,
     DatabaseUnavailable,
@@ -78,10 +78,12 @@ async def _body(request: web.Request) -> bytes:
     return body
 
 
-async def write_rows(request: web.Request, **rows: list[tuple]) -> None:
+async def write_rows(request: web.Request, **rows: list[tuple]) -> list[bool]:
+    """Hand rows to the group-commit writer and wait for their commit; what it returns
+    (for finishes, whether each found its run)."""
     settings = request.app[appkeys.SETTINGS]
     try:
-        await request.app[appkeys.WRITER].write(**rows)
+        return await request.app[appkeys.WRITER].write(**rows)
     except (DatabaseUnavailable, WriterClosed):
         raise unavailable(settings.retry_after_seconds) from None
     except DatabaseRefused as error:
@@ -170,6 +172,20 @@ def _finish_of(body: RunFinish, now: datetime, rules: ServerRedaction) -> Finish
     )
 
 
+async def _finish(
+    request: web.Request, principal: Principal, finishes: list[tuple[uuid.UUID, Finish]]
+) -> list[uuid.UUID]:
+    """Finish runs, committed before this returns; return the ids that are not runs of
+    the key's project. Finishes go through the group-commit writer, with the steps
+    and model calls of other requests, unless its lanes cannot take them (Citus)."""
+    if not request.app[appkeys.WRITER].finishes_runs:
+        return await finish_runs(request.app[appkeys.POOL], principal.project_id, finishes)
+    rows = [finish_row(principal.project_uuid, run_id, finish) for run_id, finish in finishes]
+    found = await write_rows(request, finishes=rows)
+    unknown = (run_id for (run_id, _), ok in zip(finishes, found, strict=True) if not ok)
+    return list(dict.fromkeys(unknown))
+
+
 def stored_traceback(text: str | None, rules: ServerRedaction) -> str | None:
     """A traceback as it is kept: its last TRACEBACK_STORED_MAX characters, redacted like
     an error. The redaction reads a few times that much first (cut at a line, as the
@@ -192,7 +208,7 @@ async def finish_many(request: web.Request) -> web.Response:
     items, _ = _as_list(decode(await _body(request), FINISHES_BODY))
     now = datetime.now(UTC)
     finishes = [(item.id, _finish_of(item, now, principal.redaction)) for item in items]
-    unknown = await finish_runs(request.app[appkeys.POOL], principal.project_id, finishes)
+    unknown = await _finish(request, principal, finishes)
     return json_response(RunsFinishedResponse(RunsFinished(len(finishes) - len(unknown), unknown)))
 
 
@@ -207,13 +223,8 @@ async def finish(request: web.Request) -> web.Response:
     principal = await request.app[appkeys.KEYSTORE].authenticate(request, INGEST)
     run_id = params.run_id_of(request)
     body: RunFinish = decode(await _body(request), RunFinish)
-    found = await finish_run(
-        request.app[appkeys.POOL],
-        principal.project_id,
-        run_id,
-        _finish_of(body, datetime.now(UTC), principal.redaction),
-    )
-    if not found:
+    finish = _finish_of(body, datetime.now(UTC), principal.redaction)
+    if await _finish(request, principal, [(run_id, finish)]):
         raise not_found(f"run {run_id}")
     return json_response(RunFinishedResponse(RunFinished(run_id, body.termination_reason)))
 

@@ -5,7 +5,7 @@ script (pgscript.py): the rows go by binary COPY, or as VALUES in the script
 when they are few; the SQL of statements.py moves them in and keep
 counters and rollups current; and the whole transaction costs a round trip
 per COPY, plus one. Steps go straight into agent_steps when that is safe,
-other rows into session-local staging tables first.
+other rows (finishes too) into session-local staging tables first.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ log = logging.getLogger("keelwave.writer")
 
 BINARY = PyFormat.BINARY
 
-Rows = tuple[list[tuple], list[tuple], list[tuple]]  # runs, steps, model calls of a request
+# A request's runs, steps, model calls and finishes (lifecycle.finish_row).
+Rows = tuple[list[tuple], list[tuple], list[tuple], list[tuple]]
 
 # (position in Rows, staging table, columns, statement moving them in)
 STAGES = (
@@ -42,13 +43,8 @@ INLINE_ROWS = 32
 # last time (a few hundred microseconds a table), so the dead rows DELETE
 # leaves behind, which every flush scans past, stay few.
 TRUNCATE_STAGES_AFTER_ROWS = 2_000
-# The staging tables the writer fills (run-duration histograms change only when
-# runs finish, in lifecycle.py, so the writer never stages them).
-WRITER_STAGES = (
-    *statements.ROW_STAGES,
-    *statements.ROLLUP_STAGES[:1],
-    *statements.ROLLUP_STAGES[2:],
-)
+# The staging tables the writer fills, besides statements.FINISH_STAGE.
+WRITER_STAGES = (*statements.ROW_STAGES, *statements.ROLLUP_STAGES)
 # How the writer's sessions plan. Every lookup they make is a handful of index
 # probes per staged row (duplicate checks, run counters), which the planner
 # cannot know: staging tables are never analysed, and a young agent_steps looks
@@ -80,7 +76,9 @@ PREPARED = {
     "kw_insert_steps": statements.INSERT_STEPS,
     "kw_insert_traces": statements.INSERT_TRACES,
     "kw_merge_run_rollups": statements.MERGE_RUN_ROLLUPS,
+    "kw_merge_duration_rollups": statements.MERGE_DURATION_ROLLUPS,
     "kw_merge_tool_rollups": statements.MERGE_TOOL_ROLLUPS,
+    "kw_finish_staged": statements.FINISH_STAGED,
 }
 
 
@@ -99,14 +97,23 @@ class Lane:
         self._staged_since_truncate = 0  # rows through the staging tables since TRUNCATE
         self._prepared: dict[str, str] = {}  # SQL -> name of the statement prepared for it
 
-    async def commit(self, batch: list[Rows]) -> None:
+    # The writer may hand this lane finishes (writer.py; the Citus lane takes none).
+    FINISHES = True
+
+    async def commit(self, batch: list[Rows]) -> set[int]:
         """Write the batch in one transaction: one script, a round trip per kind of row
-        that is COPYed (more than INLINE_ROWS of it) and one for the rest.
+        that is COPYed (more than INLINE_ROWS of it) and one for the rest. Return
+        which of the batch's finishes, numbered in order from 0, found their run.
 
         Steps go straight into agent_steps, so PostgreSQL writes each of them
         once, unless the script finds that unsafe (statements.CHECK_DIRECT_COPY:
         a step may be stored already, or its run has finished). The same
         batch is then written again with every row staged.
+
+        Finishes come after every other row of the batch (a run started and
+        finished in one batch is found), a run finished twice in the batch is
+        finished twice in order, and with them the run-duration and tool
+        rollups move, as a finish on its own does (lifecycle.py).
         """
         conn = await self._connection()
         if not self.transaction_pooling and not pgscript.literals_are_safe(conn):
@@ -119,20 +126,24 @@ class Lane:
             (stage, columns, statement, [row for rows in batch for row in rows[position]])
             for position, stage, columns, statement in STAGES
         ]
+        finishes = _in_rounds([row for rows in batch for row in rows[3]])
+        if finishes:
+            parts.append((statements.FINISH_STAGE, statements.FINISH_COLUMNS, None, finishes))
         parts = [part for part in parts if part[3]]
         locks = statements.lock_statement(_runs_touched(batch))
         steps = next((rows for stage, *_, rows in parts if stage == "kw_stage_steps"), None)
         try:
             if steps is None:
-                await self._script(conn, locks, parts).run(conn)
-                return
+                return _found(await self._script(conn, locks, parts).run(conn, FOUND))
             staged = [part for part in parts if part[0] != "kw_stage_steps"]
             try:
-                await self._script(conn, locks, staged, _direct_steps(steps)).run(conn)
+                script = self._script(conn, locks, staged, _direct_steps(steps))
+                return _found(await script.run(conn, FOUND))
             except psycopg.errors.CheckViolation as error:
                 if error.diag.constraint_name != statements.DIRECT_COPY_GUARD:
                     raise
-                await self._script(conn, locks, parts, rollback_first=True).run(conn)
+                script = self._script(conn, locks, parts, rollback_first=True)
+                return _found(await script.run(conn, FOUND))
         except BaseException:
             await self._roll_back()
             raise
@@ -171,8 +182,12 @@ class Lane:
             if not _as_values(script, insert, _kinds(columns, seq=True), numbered):
                 data = copy_data(conn, statements.copy_types(columns), numbered)
                 script.copy(statements.copy_sql(stage, columns), data)
-        for *_, statement, _ in parts:
-            script.add(statement)
+        for stage, _, statement, rows in parts:
+            if stage != statements.FINISH_STAGE:
+                script.add(statement)
+                continue
+            for round_ in range(1, max(row[0] for row in rows) + 1):
+                script.add(statements.FINISH_STAGED, {"round": round_})
         for statement in self._finish(parts):
             script.add(statement)
         return script
@@ -180,18 +195,25 @@ class Lane:
     def _finish(self, parts: list[tuple]) -> list[str]:
         """After the rows are in: merge the rollups, empty the staging tables (see
         TRUNCATE_STAGES_AFTER_ROWS), commit."""
-        # The writer stages run rollups, and tool rollups for late steps; run-duration
-        # histograms change only when runs finish (lifecycle.py).
-        has_steps = any(stage == "kw_stage_steps" for stage, *_ in parts)
+        # The writer stages run rollups, tool rollups for late steps and finished runs,
+        # and run-duration histograms for finished runs.
+        stages = {stage for stage, *_ in parts}
+        has_finishes = statements.FINISH_STAGE in stages
+        has_tools = has_finishes or "kw_stage_steps" in stages
         tail = [statements.MERGE_RUN_ROLLUPS]
-        if has_steps:
+        if has_finishes:
+            tail.append(statements.MERGE_DURATION_ROLLUPS)
+        if has_tools:
             tail.append(statements.MERGE_TOOL_ROLLUPS)
         if self._truncate_now(parts):
-            tail.append(f"TRUNCATE {', '.join(name for name, *_ in WRITER_STAGES)}")
+            names = (*(name for name, *_ in WRITER_STAGES), statements.FINISH_STAGE)
+            tail.append(f"TRUNCATE {', '.join(names)}")
         else:
             tail += [f"DELETE FROM {stage}" for stage, *_ in parts]
             tail.append("DELETE FROM kw_stage_rollups")
-            if has_steps:
+            if has_finishes:
+                tail.append("DELETE FROM kw_stage_durations")
+            if has_tools:
                 tail.append("DELETE FROM kw_stage_tools")
         tail.append("COMMIT")
         return tail
@@ -244,6 +266,7 @@ class Lane:
                 await conn.execute(setting)
             for statement in statements.staging_ddl(WRITER_STAGES, emptied_at_commit=False):
                 await conn.execute(statement)
+            await conn.execute(statements.FINISH_STAGING_DDL)
             await conn.execute(statements.GUARD_DDL)
             # Scripts EXECUTE these instead of planning them on every flush.
             self._prepared = await prepare(conn, PREPARED)
@@ -280,6 +303,7 @@ _TRANSACTION_SETUP = (
     *(f"SET LOCAL {setting}" for setting in PLANNER_SETTINGS),
     "SET LOCAL standard_conforming_strings = on",
     *statements.staging_ddl(WRITER_STAGES, emptied_at_commit=False),
+    statements.FINISH_STAGING_DDL,
     statements.GUARD_DDL,
 )
 
@@ -336,8 +360,28 @@ def _runs_touched(batch: list[Rows]) -> set[int]:
     """Every run the batch touches, as UUID.int; a model call without a run stands for
     its own id."""
     ids: set[int] = set()
-    for runs, steps, traces in batch:
+    for runs, steps, traces, finishes in batch:
         ids.update(row[1].int for row in runs)  # run id
         ids.update(row[1].int for row in steps)  # the step's run id
         ids.update((row[2] or row[1]).int for row in traces)  # the call's run id, else its id
+        ids.update(row[1].int for row in finishes)  # the finished run's id
     return ids
+
+
+# The column the script's finish statements return the seq of each finish found in.
+FOUND = b"kw_finished"
+
+
+def _in_rounds(finishes: list[tuple]) -> list[tuple]:
+    """Each finish with its round first: the k-th finish of a run in the batch is in round k."""
+    seen: dict[tuple[int, int], int] = {}
+    rounds = []
+    for row in finishes:
+        key = (row[0].int, row[1].int)
+        round_ = seen[key] = seen.get(key, 0) + 1
+        rounds.append((round_, *row))
+    return rounds
+
+
+def _found(values: list[bytes]) -> set[int]:
+    return {int(value) for value in values}

@@ -4,11 +4,15 @@ Finishing moves the run between the hourly rollup counters, and counts its
 tool calls once, when it first finishes. Runs that go silent are finished by
 the reaper instead (reaper.py), through the same rollup staging.
 
-Finishes are group-committed, as steps are (writer.py): the finishes that
-arrive while one transaction commits wait for it and then go together in the
-next, answered when it commits. An agent-shaped load finishes a run every few
-requests; one transaction each made their commits, their rollup merges (all on
-the same hour's row) and their pool round trips a third of the server's work.
+The finish routes hand finishes to the ingest writer (writer.py), whose
+transactions carry them with other requests' runs, steps and model calls
+(:func:`finish_row`, statements.FINISH_STAGED): an agent-shaped load finishes
+a run every few requests, and a transaction of their own cost each finish a
+commit, rollup merges on rows every finish touches, and pool round trips.
+Where the writer's lanes take no finishes (Citus), and for imports, the
+finisher here commits them on the pool, group-committed in the same way: the
+finishes that arrive while one transaction commits wait for it and then go
+together in the next, answered when it commits.
 """
 
 from __future__ import annotations
@@ -37,11 +41,14 @@ class Finish:
     error_traceback: str | None = None
 
 
-async def finish_run(
-    pool: AsyncConnectionPool, project_id: str, run_id: uuid.UUID, finish: Finish
-) -> bool:
-    """Finish (or re-finish) a run and move it between rollup counters; False if unknown."""
-    return not await finish_runs(pool, project_id, [(run_id, finish)])
+def finish_row(project_uuid: uuid.UUID, run_id: uuid.UUID, finish: Finish) -> tuple:
+    """A finish as the ingest writer takes it (statements.FINISH_COLUMNS, after round)."""
+    output = None if finish.output is None else finish.output.encode()  # json as bytes
+    return (
+        project_uuid, run_id, finish.ended_at, finish.termination_reason,
+        finish.loop_detected, finish.loop_step_index, output, finish.error,
+        finish.error_traceback,
+    )  # fmt: skip
 
 
 async def finish_runs(

@@ -39,6 +39,7 @@ from psycopg.copy import AsyncWriter
 
 COPY_IN = pq.ExecStatus.COPY_IN
 FATAL_ERROR = pq.ExecStatus.FATAL_ERROR
+TUPLES_OK = pq.ExecStatus.TUPLES_OK
 
 # What :func:`quote` relies on: a quote is escaped by doubling it, a backslash is
 # an ordinary character, and no multibyte character contains a quote byte.
@@ -224,8 +225,10 @@ class Script:
         script.add("ROLLBACK")
         await script.run(conn)
 
-    async def run(self, conn: psycopg.AsyncConnection) -> None:
+    async def run(self, conn: psycopg.AsyncConnection, collect: bytes = b"") -> list[bytes]:
         """Send the script, feed its COPYs, read every result; raise the first error.
+        Return the values (as text) of every result row of the statements whose
+        only column is named ``collect``.
 
         Errors are psycopg's own classes (a connection failure is an
         OperationalError, bad data a DataError, and so on), as if psycopg
@@ -236,6 +239,7 @@ class Script:
         pgconn.send_query(";\n".join(self._statements).encode())
         await waiter.flushed(pgconn)
         copies = iter(self._copies)
+        collected: list[bytes] = []
         error: psycopg.Error | None = None
         while True:
             while pgconn.is_busy():
@@ -251,10 +255,14 @@ class Script:
                         await waiter.writable()
                 pgconn.put_copy_end(None)
                 await waiter.flushed(pgconn)
+            elif result.status == TUPLES_OK:
+                if collect and result.nfields == 1 and result.fname(0) == collect:
+                    collected += [result.get_value(row, 0) for row in range(result.ntuples)]
             elif result.status == FATAL_ERROR and error is None:
                 error = psycopg.errors.error_from_result(result, encoding=conn.info.encoding)
         if error is not None:
             raise error
+        return collected
 
 
 @functools.cache

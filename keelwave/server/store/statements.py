@@ -484,8 +484,20 @@ _TIME_OUT_DELTAS = """
                                (1, 'timeout', n.loop, n.duration))
         AS v (sign, reason, loop, duration)"""
 
+# What finishing sets on a run ``r`` from a finish ``i``.
+_FINISH_SET = """
+        ended_at = i.ended_at,
+        termination_reason = i.reason,
+        loop_detected = coalesce(i.loop_detected, r.loop_detected),
+        loop_step_index = coalesce(i.loop_step_index, r.loop_step_index),
+        output = coalesce(i.output::json, r.output),
+        error = coalesce(i.error, r.error),
+        error_traceback = coalesce(i.traceback, r.error_traceback),
+        duration_ms = greatest(0, extract(epoch FROM i.ended_at - r.started_at) * 1000)"""
+
 # Finish runs of one project, each id at most once (the caller splits repeats
 # into rounds). Returns each stored run's id and whether it was unfinished before.
+# (The pooled path: lifecycle.py. The writer finishes runs with FINISH_STAGED.)
 FINISH_RUNS = f"""
 WITH input AS (
     SELECT * FROM unnest(%(ids)s::uuid[], %(ended_at)s::timestamptz[], %(reasons)s::text[],
@@ -498,20 +510,59 @@ WITH input AS (
            CASE WHEN r.termination_reason IS NOT NULL THEN r.duration_ms END AS duration
     FROM agent_runs r JOIN input i ON r.project_id = %(project_id)s AND r.id = i.id
 ), new AS (
-    UPDATE agent_runs r SET
-        ended_at = i.ended_at,
-        termination_reason = i.reason,
-        loop_detected = coalesce(i.loop_detected, r.loop_detected),
-        loop_step_index = coalesce(i.loop_step_index, r.loop_step_index),
-        output = coalesce(i.output::json, r.output),
-        error = coalesce(i.error, r.error),
-        error_traceback = coalesce(i.traceback, r.error_traceback),
-        duration_ms = greatest(0, extract(epoch FROM i.ended_at - r.started_at) * 1000)
+    UPDATE agent_runs r SET{_FINISH_SET}
     FROM input i WHERE r.project_id = %(project_id)s AND r.id = i.id
     RETURNING r.id, r.termination_reason AS reason, r.loop_detected AS loop,
               r.duration_ms AS duration
 ), {_stage_finish_deltas(_FINISH_DELTAS)}
 SELECT id, reason IS NULL FROM old
+"""
+
+# The finishes a writer's batch carries (lane.py), staged as its rows are. Round k
+# holds the k-th finish of each run in the batch: an UPDATE changes a row once.
+FINISH_STAGE = "kw_stage_finishes"
+FINISH_COLUMNS = (
+    ("round", "int4"), ("project_id", "uuid"), ("id", "uuid"), ("ended_at", "timestamptz"),
+    ("reason", "text"), ("loop_detected", "bool"), ("loop_step_index", "int4"),
+    ("output", "json"), ("error", "text"), ("traceback", "text"),
+)  # fmt: skip
+FINISH_STAGING_DDL = (
+    f"CREATE TEMP TABLE IF NOT EXISTS {FINISH_STAGE} "
+    f"(seq integer, {', '.join(f'{name} {kind}' for name, kind in FINISH_COLUMNS)})"
+)
+# Finish the staged runs of round %(round)s, move them between rollup counters, and
+# stage the tool calls of those finishing for the first time (tool_rollups.py).
+# ``o``, the run as the statement found it, gives what it counted before, so no
+# join of old and new rows is needed (the writer plans without hash joins).
+# ``input`` is MATERIALIZED so that the plan starts from the few staged rows and
+# probes agent_runs by index, whatever the planner thinks of the staging table.
+# Returns the seq of each finish whose run exists, as ``kw_finished``.
+_FIRST_FINISHED = "(SELECT project_id, id, started_at FROM changed WHERE old_reason IS NULL)"
+_STAGED_DELTAS = """
+    SELECT project_id, agent_name, started_at, v.*
+    FROM changed
+    CROSS JOIN LATERAL (VALUES (-1, old_reason, old_loop, old_duration),
+                               (1, new_reason, new_loop, new_duration))
+        AS v (sign, reason, loop, duration)"""
+FINISH_STAGED = f"""
+WITH input AS MATERIALIZED (
+    SELECT * FROM {FINISH_STAGE} WHERE round = %(round)s
+), changed AS (
+    UPDATE agent_runs r SET{_FINISH_SET}
+    FROM input i
+    JOIN agent_runs o ON o.project_id = i.project_id AND o.id = i.id
+    WHERE r.project_id = i.project_id AND r.id = i.id
+    RETURNING i.seq, r.project_id, r.id, r.agent_name, r.started_at,
+              o.termination_reason AS old_reason, o.loop_detected AS old_loop,
+              CASE WHEN o.termination_reason IS NOT NULL THEN o.duration_ms END AS old_duration,
+              r.termination_reason AS new_reason, r.loop_detected AS new_loop,
+              r.duration_ms AS new_duration
+), {_stage_finish_deltas(_STAGED_DELTAS)}, staged_tools AS (
+    INSERT INTO kw_stage_tools (project_id, bucket, tool_name, duration_bin,
+                                {_cols(tool_rollups.COUNTERS)})
+    {tool_rollups.stats_of_steps(f"({tool_rollups.steps_of_runs(_FIRST_FINISHED)})")}
+)
+SELECT seq AS kw_finished FROM changed
 """
 
 # Time out runs (project_id, id) still silent for %(timeout)s seconds: they end at

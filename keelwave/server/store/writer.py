@@ -9,6 +9,9 @@ hundreds of requests, and with no load a request waits for just its own
 commit. A request is answered only after its rows are committed:
 acknowledged means durable.
 
+Finishes ride along (lifecycle.finish_row): a finish is applied after every
+other row of its batch, and its request learns whether its run was found.
+
 Identity, not constraints, makes retries safe (see the initial migration for
 why there is no unique index): a run (project, id), a step (project, run,
 step_index) or a model call (project, id) already stored, or repeated within
@@ -98,7 +101,7 @@ class Submission:
     """The rows of one request, and the future its handler waits on."""
 
     rows: Rows
-    future: asyncio.Future[None]
+    future: asyncio.Future[list[bool]]  # whether each of its finishes found its run
     size: int = field(default=0)
 
 
@@ -133,6 +136,9 @@ class IngestWriter:
         # On Citus (store/citus/lane.py) a transaction holds one project's requests,
         # so that it is routed to one shard: a batch is flushed project by project.
         self._per_project = getattr(lane_class, "PER_PROJECT", False)
+        # Whether finishes go in the writer's transactions (write(finishes=...)); if
+        # not, lifecycle.py's finisher commits them on the pool.
+        self.finishes_runs = getattr(lane_class, "FINISHES", False)
         self._tasks: list[asyncio.Task] = []
         self._rows_written = [0, 0, 0]  # per stage: runs, steps, model calls
         # The cause while ingest cannot commit for a reason retrying will not cure.
@@ -161,12 +167,15 @@ class IngestWriter:
         runs: list[tuple] | None = None,
         steps: list[tuple] | None = None,
         traces: list[tuple] | None = None,
-    ) -> None:
-        """Return once the rows are committed; raise if they could not be."""
-        rows = (runs or [], steps or [], traces or [])
+        finishes: list[tuple] | None = None,
+    ) -> list[bool]:
+        """Return once the rows are committed; raise if they could not be. Return, for
+        each of ``finishes`` (lifecycle.finish_row, only if :attr:`finishes_runs`),
+        whether its run was found (and finished)."""
+        rows = (runs or [], steps or [], traces or [], finishes or [])
         size = sum(len(part) for part in rows)
         if size == 0:
-            return
+            return []
         if self._closing:
             raise WriterClosed("the server is shutting down")
         if self._waiting_rows and self._waiting_rows + size > self._buffer_max_rows:
@@ -176,7 +185,7 @@ class IngestWriter:
         self._waiting_rows += size
         self._wakeup.set()
         # shield: a client that disconnects must not cancel a write others share.
-        await asyncio.shield(future)
+        return await asyncio.shield(future)
 
     # -- flushers -------------------------------------------------------------
 
@@ -205,7 +214,7 @@ class IngestWriter:
     async def _flush(self, batch: list[Submission], lane: Lane, retried: bool = False) -> None:
         started = time.perf_counter()
         try:
-            await lane.commit([submission.rows for submission in batch])
+            found = await lane.commit([submission.rows for submission in batch])
         except psycopg.Error as error:
             await self._failed(batch, lane, error, retried)
         except OSError as error:
@@ -214,7 +223,7 @@ class IngestWriter:
             log.exception("ingest flush failed")
             _settle(batch, error)
         else:
-            _settle(batch, None)
+            _answer(batch, found or set())
             self.refusals.recovered()
             if any(submission.rows[1] for submission in batch):
                 self._steps_committed()
@@ -307,13 +316,20 @@ def _by_project(batch: list[Submission]) -> list[list[Submission]]:
     return list(groups.values())
 
 
-def _settle(batch: list[Submission], error: BaseException | None) -> None:
+def _answer(batch: list[Submission], found: set[int]) -> None:
+    """Tell each request of a committed batch which of its finishes found their run;
+    ``found`` numbers the batch's finishes in order from 0."""
+    first = 0
     for submission in batch:
-        if submission.future.done():
-            continue
-        if error is None:
-            submission.future.set_result(None)
-        else:
+        finishes = len(submission.rows[3])
+        if not submission.future.done():
+            submission.future.set_result([n in found for n in range(first, first + finishes)])
+        first += finishes
+
+
+def _settle(batch: list[Submission], error: BaseException) -> None:
+    for submission in batch:
+        if not submission.future.done():
             submission.future.set_exception(error)
 
 

@@ -13,6 +13,8 @@ and COMMIT. No statement is prepared: the project is written into each as a
 literal, which is what lets Citus prune to one shard while it plans. The
 planner settings of the plain lane are not used either: the coordinator plans
 little (a routed statement is planned again on the worker, by its own planner).
+Finishes are not written here (the class says no ``FINISHES``): the finish
+routes commit them on the pool instead (lifecycle.py).
 """
 
 from __future__ import annotations

@@ -1270,8 +1270,14 @@ def spy_stages(path: Path) -> dict:
         if not frames:
             continue
         function, where = frames[-1]
-        if function.endswith("select") and where.endswith("selectors.py"):
-            idle += samples  # the event loop waiting (py-spy cannot always tell)
+        if (
+            (function.endswith("select") and where.endswith("selectors.py"))
+            or (function == "_worker" and where.endswith("futures/thread.py"))
+            or (function == "Condition.wait" and where.endswith("threading.py"))
+        ):
+            # The event loop waiting, or an idle thread of a pool waiting for work
+            # (py-spy cannot always tell).
+            idle += samples
             continue
         total += samples
         stage = _stage(frames)

@@ -37,6 +37,7 @@ from pathlib import Path
 
 import aiohttp
 import psycopg
+from psycopg.conninfo import make_conninfo
 
 from keelwave.cli.common import redact
 from keelwave.db.embedded import EmbeddedPostgres
@@ -51,7 +52,15 @@ def scratch_database() -> tuple[str, str]:
     with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         conn.execute(f'CREATE DATABASE "{name}"')
-    return name, ADMIN_URL.rsplit("/", 1)[0] + "/" + name
+    return name, database_url(name)
+
+
+def database_url(name: str) -> str:
+    """ADMIN_URL with another database: as a URL when ADMIN_URL is one without a query
+    string, else as key=value pairs (a URL's ``?host=/run/postgresql`` says a socket)."""
+    if ADMIN_URL.startswith(("postgresql://", "postgres://")) and "?" not in ADMIN_URL:
+        return ADMIN_URL.rsplit("/", 1)[0] + "/" + name
+    return make_conninfo(ADMIN_URL, dbname=name)
 
 
 def drop_database(name: str) -> None:

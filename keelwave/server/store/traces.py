@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
@@ -45,6 +45,7 @@ from keelwave.server.store import statements, tool_rollups
 from keelwave.server.store.citus import keys as citus_keys
 from keelwave.server.store.citus import partitions as citus_partitions
 from keelwave.server.store.histogram import bin_sql
+from keelwave.server.store.pgscript import copy_data
 
 TRACE_LOCKS = 0x6B79  # pg_advisory_xact_lock(int, int) namespace of OTLP traces
 DIGEST_BYTES = 16
@@ -259,12 +260,24 @@ async def _copy_spans(
     each way."""
     # The C dumper of bytes for bytea (psycopg picks a Python one by type): lane.py.
     cur.connection.adapters.register_dumper(bytes, psycopg.adapters.get_dumper(bytes, _BINARY))
-    async with cur.copy(
-        f"COPY {table} (project_id, trace_id, span_id, span) FROM STDIN (FORMAT BINARY)"
-    ) as copy:
-        copy.set_types(("uuid", "bytea", "bytea", "bytea"))
-        for trace, span_id, span in spans:
-            await copy.write_row((project_id, trace, span_id, span))
+    rows = ((project_id, trace, span_id, span) for trace, span_id, span in spans)
+    await _copy_rows(
+        cur,
+        f"COPY {table} (project_id, trace_id, span_id, span) FROM STDIN (FORMAT BINARY)",
+        ("uuid", "bytea", "bytea", "bytea"),
+        rows,
+    )
+
+
+async def _copy_rows(
+    cur: psycopg.AsyncCursor, sql: str, types: Sequence[str], rows: Iterable[Sequence]
+) -> None:
+    """Binary COPY of ``rows``, formatted in one go (pgscript.copy_data) and sent in
+    chunks of about 32 kB: no coroutine per row."""
+    chunks = copy_data(cur.connection, types, rows)
+    async with cur.copy(sql) as copy:
+        for chunk in chunks:
+            await copy.write(chunk)
 
 
 async def _stored_spans(
@@ -414,10 +427,7 @@ async def _copy(
     if not rows:
         return
     sql = statements.copy_sql(table, columns, seq=False)
-    async with cur.copy(sql) as copy:
-        copy.set_types(statements.copy_types(columns, seq=False))
-        for row in rows:
-            await copy.write_row(row)
+    await _copy_rows(cur, sql, statements.copy_types(columns, seq=False), rows)
 
 
 async def _stage_spans(

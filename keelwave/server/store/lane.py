@@ -85,6 +85,9 @@ PREPARED = {
 class Lane:
     """One writer connection and the transaction it commits a batch in."""
 
+    # The writer may hand this lane finishes (writer.py; the Citus lane takes none).
+    FINISHES = True
+
     def __init__(
         self, conninfo: str, connect_timeout: int, transaction_pooling: bool = False
     ) -> None:
@@ -96,9 +99,6 @@ class Lane:
         self._conn: psycopg.AsyncConnection | None = None
         self._staged_since_truncate = 0  # rows through the staging tables since TRUNCATE
         self._prepared: dict[str, str] = {}  # SQL -> name of the statement prepared for it
-
-    # The writer may hand this lane finishes (writer.py; the Citus lane takes none).
-    FINISHES = True
 
     async def commit(self, batch: list[Rows]) -> set[int]:
         """Write the batch in one transaction: one script, a round trip per kind of row

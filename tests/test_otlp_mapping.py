@@ -269,3 +269,69 @@ def test_a_failed_span_says_its_error_type() -> None:
     failed.status_code = 2
     [run] = mapping.map_trace([failed])
     assert run.termination_reason == "error" and run.error == "Timeout"
+
+
+def _autogen_turn(tool_error: bool = False, cancelled: bool = False) -> list[decode.Span]:
+    """An AutoGen AgentChat agent's turn as autogen-core's own GenAI spans and
+    OpenInference's AutoGen instrumentor send it together (autogen-agentchat 0.7.5,
+    openinference-instrumentation-autogen-agentchat 0.1.22): ``invoke_agent`` around the
+    instrumentor's agent span, named after the method, and each tool call twice, the
+    instrumentor's span (with the arguments) around ``execute_tool`` (without)."""
+    agent = {"openinference.span.kind": "AGENT", "graph.node.id": "weather_agent",
+             "graph.node.parent_id": "start"}  # fmt: skip
+    spans = [
+        span(1, None, "invoke_agent weather_agent",
+             {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "weather_agent"}),
+        span(2, 1, "weather_agent.on_messages_stream", agent),
+    ]  # fmt: skip
+    for n in range(3):
+        outer, inner = 10 + 2 * n, 11 + 2 * n
+        spans += [
+            span(outer, 2, "weather_agent.get_weather",
+                 {"openinference.span.kind": "TOOL", "tool.name": "get_weather",
+                  "input.value": '{"city": "Paris"}', "output.value": "Sunny"}),
+            span(inner, outer, "execute_tool get_weather",
+                 {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "get_weather"}),
+        ]  # fmt: skip
+    if tool_error:  # the outer span stays OK; autogen-core's fails, with its exception
+        spans[-1].status_code, spans[-1].status_message = 2, "connection refused"
+        spans[-1].events = [decode.Event("exception", 0, {
+            "exception.type": "RuntimeError", "exception.message": "connection refused",
+            "exception.escaped": "False"})]  # fmt: skip
+    if cancelled:  # the agent's stream closed when asyncio.run() shut the loop down
+        spans[1].events = [decode.Event("exception", 0, {
+            "exception.type": "asyncio.exceptions.CancelledError",
+            "exception.escaped": "False", "exception.stacktrace": "Traceback ..."})]  # fmt: skip
+    return spans
+
+
+def test_autogen_agent_with_both_instrumentations_is_one_run_and_one_step_a_call() -> None:
+    [run] = mapping.map_trace(_autogen_turn())
+    assert run.agent_name == "weather_agent"
+    assert [(s.step_index, s.tool_name, s.tool_input) for s in run.steps] == [
+        (i, "get_weather", b'{"city": "Paris"}') for i in (1, 2, 3)
+    ]
+    assert run.loop_step_index == 1 and run.termination_reason == "clean"
+    # in any order, and before the outer tool spans have arrived
+    spans = _autogen_turn()
+    random.Random(3).shuffle(spans)
+    assert mapping.map_trace(spans) == [run]
+
+
+def test_autogen_tool_error_on_the_inner_span_fails_the_step() -> None:
+    [run] = mapping.map_trace(_autogen_turn(tool_error=True))
+    assert [s.error for s in run.steps] == [None, None, "RuntimeError: connection refused"]
+    assert run.termination_reason == "clean"  # the agent went on: AutoGen told the model
+
+
+def test_a_cancellation_left_on_an_ok_span_is_not_an_error() -> None:
+    """AutoGen's agent stream, left open by AgentChat's run(), is closed when the event
+    loop shuts down: a CancelledError event on a span that ends OK. The agent did not
+    fail; a span whose status says it failed still does."""
+    [run] = mapping.map_trace(_autogen_turn(cancelled=True))
+    assert (run.termination_reason, run.error, run.error_traceback) == ("clean", None, None)
+    spans = _autogen_turn(cancelled=True)
+    spans[1].status_code = 2
+    [run] = mapping.map_trace(spans)
+    assert run.termination_reason == "error"
+    assert run.error == "asyncio.exceptions.CancelledError"

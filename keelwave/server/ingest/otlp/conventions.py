@@ -18,7 +18,7 @@ from typing import Any
 import msgspec
 
 from keelwave.sdk import canonical_json
-from keelwave.server.ingest.otlp.decode import Span
+from keelwave.server.ingest.otlp.decode import Event, Span
 
 AGENT, TOOL, RETRIEVER, MODEL, OTHER = "agent", "tool", "retriever", "model", "other"
 MODEL_OPERATIONS = ("chat", "text_completion", "generate_content", "embeddings")
@@ -93,7 +93,11 @@ def agent_name(span: Span) -> str | None:
     if name is None and span.name not in WORKFLOW_NAMES:
         kind = span.attributes.get("openinference.span.kind")
         if kind == "AGENT" or "ls_integration" in _metadata(span):
-            name = span.name.removesuffix(".run")
+            # OpenInference names an agent's node in the graph it draws (AutoGen's
+            # span name is the method, "weather_agent.on_messages_stream"), which its
+            # handoffs' graph.node.parent_id refer to.
+            node = span.attributes.get("graph.node.id") if kind == "AGENT" else None
+            name = node if isinstance(node, str) and node else span.name.removesuffix(".run")
     return str(name) if name is not None else None
 
 
@@ -306,10 +310,23 @@ def _event_attribute(span: Span, event_name: str, *keys: str) -> Any:
     return None
 
 
+def _failure(event: Event, span: Span) -> bool:
+    """Whether an event is an exception that failed the span. A task cancelled while the
+    span was still open (AutoGen's agent stream, closed when the event loop shuts
+    down) is not the agent failing, unless the span's status says it failed."""
+    if event.name != "exception":
+        return False
+    kind = str(event.attributes.get("exception.type") or "")
+    return span.status_code == 2 or not kind.endswith(_CANCELLATIONS)
+
+
+_CANCELLATIONS = ("CancelledError", "GeneratorExit")
+
+
 def error(span: Span) -> str | None:
     """What went wrong, if the span failed: its exception, else its status message."""
     for event in span.events:
-        if event.name == "exception":
+        if _failure(event, span):
             kind = event.attributes.get("exception.type") or "Exception"
             message = event.attributes.get("exception.message") or ""
             return f"{kind}: {message}" if message else str(kind)
@@ -380,7 +397,7 @@ def model_call(span: Span) -> dict[str, Any]:
 def stacktrace(span: Span) -> str | None:
     """The traceback of the span's exception event (``exception.stacktrace``), if any."""
     for event in span.events:
-        if event.name == "exception":
+        if _failure(event, span):
             trace = event.attributes.get("exception.stacktrace")
             if isinstance(trace, str) and trace:
                 return trace

@@ -127,6 +127,7 @@ def map_trace(spans: list[Span], memo: Memo | None = None) -> list[MappedRun]:
     roles = {span_id: c.role(span) for span_id, span in unique.items()}
     _graphs_in_tools(unique, roles)
     _model_wrappers(unique, roles)
+    wrapped = _tool_wrappers(unique, roles)
     runs = _run_spans(unique, roles)
     trace_id = next(iter(unique.values())).trace_id
     roots = sorted((s for s in unique.values() if s.parent_span_id is None), key=_start)
@@ -166,7 +167,10 @@ def map_trace(spans: list[Span], memo: Memo | None = None) -> list[MappedRun]:
             (s for s in spans_of_run if roles[s.span_id] in (c.TOOL, c.RETRIEVER)), key=_start
         )
         run.steps = [
-            _step(span, roles[span.span_id], n, memo) for n, span in enumerate(tools, start=1)
+            _wrapping_step(span, wrapped[span.span_id], n)
+            if span.span_id in wrapped
+            else _step(span, roles[span.span_id], n, memo)
+            for n, span in enumerate(tools, start=1)
         ]
         calls = sorted((s for s in spans_of_run if roles[s.span_id] == c.MODEL), key=_start)
         run.calls = [_call(span, memo) for span in calls]
@@ -282,6 +286,25 @@ def _model_wrappers(unique: dict[bytes, Span], roles: dict[bytes, str]) -> None:
             parent, depth = unique[parent].parent_span_id, depth + 1
 
 
+def _tool_wrappers(unique: dict[bytes, Span], roles: dict[bytes, str]) -> dict[bytes, Span]:
+    """A tool span inside a tool span of the same tool is the same call, seen by two
+    instrumentations (AutoGen's own ``execute_tool`` inside OpenInference's span, which
+    has the arguments): one step, the outer. Returns outer span id -> the inner span,
+    which is no step of its own."""
+    wrapped: dict[bytes, Span] = {}
+    for span in unique.values():
+        if roles[span.span_id] != c.TOOL:
+            continue
+        parent, depth = span.parent_span_id, 0
+        while parent in unique and roles[parent] not in (c.AGENT, c.TOOL) and depth < MAX_DEPTH:
+            parent, depth = unique[parent].parent_span_id, depth + 1
+        if parent in unique and roles[parent] == c.TOOL:
+            if c.tool_name(unique[parent]) == c.tool_name(span):
+                roles[span.span_id] = c.OTHER
+                wrapped[parent] = span
+    return wrapped
+
+
 def _handed_off_by(
     span: Span, runs: dict[bytes, str], unique: dict[bytes, Span], owner
 ) -> bytes | None:
@@ -334,6 +357,15 @@ def _new_step(span: Span, role: str, index: int) -> MappedStep:
         fingerprint=fingerprint(name, arguments) if arguments is not None else None,
         step_type="custom" if role == c.RETRIEVER else "tool_call",
     )
+
+
+def _wrapping_step(span: Span, inner: Span, index: int) -> MappedStep:
+    """The step of a tool span around another of the same call (_tool_wrappers): the
+    outer's, failed if either failed. (Not remembered: the inner may arrive later.)"""
+    step = _new_step(span, c.TOOL, index)
+    if step.error is None and (failure := c.error(inner) or c.tool_failure(inner)):
+        step.error, step.error_traceback = failure, c.stacktrace(inner)
+    return step
 
 
 def _call(span: Span, memo: Memo | None = None) -> MappedCall:

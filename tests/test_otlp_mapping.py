@@ -335,3 +335,17 @@ def test_a_cancellation_left_on_an_ok_span_is_not_an_error() -> None:
     [run] = mapping.map_trace(spans)
     assert run.termination_reason == "error"
     assert run.error == "asyncio.exceptions.CancelledError"
+
+
+def test_an_agent_that_started_after_its_enclosing_agent_ended_is_a_run_of_its_own() -> None:
+    """Agno's OpenInference instrumentor leaves a team's context attached once the team
+    has run: the thread's next agent runs arrive as children of the finished team's
+    span. An agent cannot have been started by one that had already ended."""
+    team = span(1, None, "Team.run", {"openinference.span.kind": "AGENT", "agent.name": "team"})
+    member = span(2, 1, "Agent.run", {"openinference.span.kind": "AGENT", "agent.name": "member"})
+    later = span(3, 1, "Agent.run", {"openinference.span.kind": "AGENT", "agent.name": "later"})
+    team.end_ns, member.end_ns = 5_000, 4_000
+    later.start_ns, later.end_ns = 6_000, 7_000
+    runs = {run.agent_name: run for run in mapping.map_trace([team, member, later])}
+    assert runs["member"].parent_run_id == runs["team"].run_id
+    assert runs["later"].parent_run_id is None

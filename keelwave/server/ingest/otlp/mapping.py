@@ -159,7 +159,7 @@ def map_trace(spans: list[Span], memo: Memo | None = None) -> list[MappedRun]:
         span = unique.get(key)  # None for a provisional run
         parent = owner(span) if key in runs and span is not None else None
         if key in runs and span is not None:
-            parent = _handed_off_by(span, runs, unique, owner) or parent
+            parent = _handed_off_by(span, runs, unique, owner) or _enclosing(span, parent, unique)
         mapped[key] = _run(trace_id, key, span, runs.get(key), parent, members.get(key, []))
     for key, run in mapped.items():
         spans_of_run = members.get(key, [])
@@ -303,6 +303,16 @@ def _tool_wrappers(unique: dict[bytes, Span], roles: dict[bytes, str]) -> dict[b
                 roles[span.span_id] = c.OTHER
                 wrapped[parent] = span
     return wrapped
+
+
+def _enclosing(span: Span, parent: bytes | None, unique: dict[bytes, Span]) -> bytes | None:
+    """The enclosing run, unless it had ended before this agent started: then the
+    context was left behind, not handed on (Agno's instrumentor leaves a team's
+    context attached, so every later agent run of the thread lands under it)."""
+    above = unique.get(parent) if parent is not None else None
+    if above is not None and 0 < above.end_ns < span.start_ns:
+        return None
+    return parent
 
 
 def _handed_off_by(

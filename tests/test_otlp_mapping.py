@@ -322,6 +322,11 @@ def test_autogen_tool_error_on_the_inner_span_fails_the_step() -> None:
     [run] = mapping.map_trace(_autogen_turn(tool_error=True))
     assert [s.error for s in run.steps] == [None, None, "RuntimeError: connection refused"]
     assert run.termination_reason == "clean"  # the agent went on: AutoGen told the model
+    # The inner span in a later export than the outer: the step mapped (and remembered)
+    # without it takes its error once it arrives.
+    spans, memo = _autogen_turn(tool_error=True), {}
+    mapping.map_trace(spans[:-1], memo)
+    assert mapping.map_trace(spans, memo) == [run]
 
 
 def test_a_cancellation_left_on_an_ok_span_is_not_an_error() -> None:

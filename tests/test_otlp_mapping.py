@@ -354,3 +354,34 @@ def test_an_agent_that_started_after_its_enclosing_agent_ended_is_a_run_of_its_o
     runs = {run.agent_name: run for run in mapping.map_trace([team, member, later])}
     assert runs["member"].parent_run_id == runs["team"].run_id
     assert runs["later"].parent_run_id is None
+
+
+def test_graph_parent_is_a_handoff_only_when_the_agent_before_handed_off() -> None:
+    """OpenInference's graph.node.parent_id names the agent that ran before this one:
+    the agent that handed off (OpenAI Agents, AutoGen's Swarm), or only the previous
+    speaker (an AutoGen round-robin chat, a CrewAI crew). A child run only for the
+    first: the agent before shows the handoff, a span named for it."""
+
+    def turns(handoff: bool) -> list[decode.Span]:
+        chain = span(1, None, "RoundRobin.run_stream", {"openinference.span.kind": "CHAIN"})
+        writer = span(
+            2,
+            1,
+            "writer.on_messages_stream",
+            {"openinference.span.kind": "AGENT", "graph.node.id": "writer"},
+        )
+        reviewer = span(5, 1, "reviewer.on_messages_stream",
+                        {"openinference.span.kind": "AGENT", "graph.node.id": "reviewer",
+                         "graph.node.parent_id": "writer"})  # fmt: skip
+        writer.end_ns, reviewer.start_ns = 4_500, 5_000
+        spans = [chain, writer, reviewer]
+        if handoff:
+            handoff_tool = {"openinference.span.kind": "TOOL", "tool.name": "transfer_to_reviewer",
+                            "input.value": "{}"}  # fmt: skip
+            spans.append(span(3, 2, "writer.transfer_to_reviewer", handoff_tool))
+        return spans
+
+    runs = {run.agent_name: run for run in mapping.map_trace(turns(handoff=False))}
+    assert runs["reviewer"].parent_run_id is None
+    runs = {run.agent_name: run for run in mapping.map_trace(turns(handoff=True))}
+    assert runs["reviewer"].parent_run_id == runs["writer"].run_id

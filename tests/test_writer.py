@@ -436,9 +436,8 @@ async def test_many_finishes_in_one_request_go_by_copy(writer: IngestWriter, db_
         ]
     )
     assert found == [True] * len(runs)
-    outputs = dict(
-        query(db_url, "SELECT id, output->>'n' FROM agent_runs WHERE project_id = %s", (project.id,))
-    )
+    sql = "SELECT id, output->>'n' FROM agent_runs WHERE project_id = %s"
+    outputs = dict(query(db_url, sql, (project.id,)))
     assert outputs == {run_id: str(n) for n, run_id in enumerate(runs)}
     count = len(runs)
     assert rollups(db_url, project.id)[0] == (count, count, count // 2, count - count // 2,
@@ -460,7 +459,10 @@ async def test_a_finish_the_database_refuses_fails_only_its_request(
     )
     assert [type(result) for result in results] == [list, RowsRejected, list]
     reasons = dict(
-        query(db_url, "SELECT id, termination_reason FROM agent_runs WHERE project_id = %s",
-              (project.id,))  # fmt: skip
+        query(
+            db_url,
+            "SELECT id, termination_reason FROM agent_runs WHERE project_id = %s",
+            (project.id,),
+        )  # fmt: skip
     )
     assert reasons == {runs[0]: "clean", runs[1]: None, runs[2]: "clean"}

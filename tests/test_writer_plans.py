@@ -28,11 +28,12 @@ BIG_TABLES = {"agent_runs", "agent_steps", "ai_traces"}
 def _whole_table_scans(plan: dict) -> list[str]:
     """The scans of a big table in ``plan`` (EXPLAIN's JSON) that have no index condition."""
     found = []
-    if plan.get("Relation Name") in BIG_TABLES and plan["Node Type"] != "ModifyTable":
-        if plan["Node Type"] == "Seq Scan" or (
-            plan["Node Type"] in ("Index Scan", "Index Only Scan") and "Index Cond" not in plan
-        ):
-            found.append(f"{plan['Node Type']} on {plan['Relation Name']} {plan.get('Alias', '')}")
+    kind = plan["Node Type"]
+    whole = kind == "Seq Scan" or (
+        kind in ("Index Scan", "Index Only Scan") and "Index Cond" not in plan
+    )
+    if whole and plan.get("Relation Name") in BIG_TABLES:
+        found.append(f"{kind} on {plan['Relation Name']} {plan.get('Alias', '')}")
     for child in plan.get("Plans", ()):
         found += _whole_table_scans(child)
     return found

@@ -298,10 +298,10 @@ def _tool_wrappers(unique: dict[bytes, Span], roles: dict[bytes, str]) -> dict[b
         parent, depth = span.parent_span_id, 0
         while parent in unique and roles[parent] not in (c.AGENT, c.TOOL) and depth < MAX_DEPTH:
             parent, depth = unique[parent].parent_span_id, depth + 1
-        if parent in unique and roles[parent] == c.TOOL:
-            if c.tool_name(unique[parent]) == c.tool_name(span):
-                roles[span.span_id] = c.OTHER
-                wrapped[parent] = span
+        same_call = parent in unique and roles[parent] == c.TOOL
+        if same_call and c.tool_name(unique[parent]) == c.tool_name(span):
+            roles[span.span_id] = c.OTHER
+            wrapped[parent] = span
     return wrapped
 
 
@@ -320,7 +320,10 @@ def _handed_off_by(
 ) -> bytes | None:
     """The run that handed off to this agent: the latest agent of that name that
     started before it, next to it in the same enclosing run (OpenAI Agents SDK
-    handoffs, whose agent spans are siblings under the workflow)."""
+    handoffs, whose agent spans are siblings under the workflow), and that shows the
+    handoff: a span of its own named for it ("handoff to X", a "transfer_to_X" tool).
+    (OpenInference's graph.node.parent_id names the agent before this one, which in
+    a CrewAI crew or an AutoGen round-robin chat is only the previous speaker.)"""
     name = c.handed_off_by(span)
     if name is None:
         return None
@@ -331,7 +334,15 @@ def _handed_off_by(
         if agent == name and key != span.span_id and unique[key].start_ns <= span.start_ns
         and owner(unique[key]) == home
     ]  # fmt: skip
-    return max(candidates, key=_start).span_id if candidates else None
+    if not candidates:
+        return None
+    source = max(candidates, key=_start).span_id
+    target = (runs.get(span.span_id) or span.name).lower()
+    for other in unique.values():
+        said = other.name.lower()
+        if target in said and ("handoff" in said or "transfer" in said) and owner(other) == source:
+            return source
+    return None
 
 
 def _millis(span: Span) -> float | None:

@@ -385,3 +385,22 @@ def test_graph_parent_is_a_handoff_only_when_the_agent_before_handed_off() -> No
     assert runs["reviewer"].parent_run_id is None
     runs = {run.agent_name: run for run in mapping.map_trace(turns(handoff=True))}
     assert runs["reviewer"].parent_run_id == runs["writer"].run_id
+
+
+@pytest.mark.parametrize(
+    ("model", "provider"),
+    [("gpt-4o-mini-2024-07-18", "openai"), ("o3-mini", "openai"),
+     ("claude-sonnet-4-5", "anthropic"), ("models/gemini-2.5-pro", "google"),
+     ("openai/gpt-4o", "openai"), ("llama-3.1-70b", "unknown"), ("unknown", "unknown")],
+)  # fmt: skip
+def test_a_model_call_without_a_provider_is_credited_to_its_model_family(model, provider) -> None:
+    """AutoGen's and CrewAI's OpenInference instrumentors name the model, not its maker."""
+    call = span(2, 1, "OpenAIChatCompletionClient.create",
+                {"openinference.span.kind": "LLM", "llm.model_name": model,
+                 "llm.token_count.prompt": 10, "llm.token_count.completion": 2})  # fmt: skip
+    agent = span(1, None, "agent", {"openinference.span.kind": "AGENT", "agent.name": "a"})
+    [run] = mapping.map_trace([agent, call])
+    assert [c.provider for c in run.calls] == [provider]
+    named = span(2, 1, "chat", {**call.attributes, "llm.provider": "azure"})
+    [run] = mapping.map_trace([agent, named])
+    assert [c.provider for c in run.calls] == ["azure"]

@@ -357,20 +357,41 @@ def integer(attributes: dict[str, Any], *names: str) -> int:
         return 0
 
 
+# Whose a model is, by its name, for the spans that do not say (AutoGen's and CrewAI's
+# OpenInference instrumentors): the families whose names are their makers' own.
+_MODEL_FAMILIES = (
+    (("gpt-", "chatgpt", "o1", "o3", "o4", "text-embedding-", "davinci", "babbage"), "openai"),
+    (("claude",), "anthropic"),
+    (("gemini", "gemma"), "google"),
+    (("mistral", "mixtral", "codestral", "ministral", "magistral", "pixtral"), "mistral"),
+    (("command",), "cohere"),
+    (("deepseek",), "deepseek"),
+    (("grok",), "xai"),
+)
+
+
+def provider_of(model: str) -> str:
+    """The maker of ``model`` when its name tells (``gpt-4o-mini-2024-07-18``: openai),
+    else "unknown"."""
+    name = model.lower().rpartition("/")[2]  # ("models/gemini-2.5-pro", "openai/gpt-4o")
+    for prefixes, provider in _MODEL_FAMILIES:
+        if name.startswith(prefixes):
+            return provider
+    return "unknown"
+
+
 def model_call(span: Span) -> dict[str, Any]:
     """Provider, model, tokens (input includes cached input, output includes reasoning,
     keelwave's convention) and finish reasons of an inference span."""
     a = span.attributes
     finish = _first(a, "gen_ai.response.finish_reasons", "llm.finish_reason")
+    model = str(
+        _first(a, "gen_ai.response.model", "gen_ai.request.model", "llm.model_name") or "unknown"
+    )
+    provider = _first(a, "gen_ai.provider.name", "gen_ai.system", "llm.provider", "llm.system")
     return {
-        "provider": str(
-            _first(a, "gen_ai.provider.name", "gen_ai.system", "llm.provider", "llm.system")
-            or "unknown"
-        ),
-        "model": str(
-            _first(a, "gen_ai.response.model", "gen_ai.request.model", "llm.model_name")
-            or "unknown"
-        ),
+        "provider": str(provider) if provider is not None else provider_of(model),
+        "model": model,
         "input_tokens": integer(
             a, "gen_ai.usage.input_tokens", "llm.token_count.prompt", "gen_ai.usage.prompt_tokens"
         ),

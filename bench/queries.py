@@ -29,7 +29,7 @@ import aiohttp
 import psycopg
 
 sys.path.insert(0, os.path.dirname(__file__))
-from ingest import ADMIN_URL, start_server  # noqa: E402
+from ingest import ADMIN_URL, database_url, start_server  # noqa: E402
 
 AGENTS = [f"agent-{name}" for name in ("research", "support", "coder", "planner", "sql",
           "browser", "triage", "writer", "review", "search", "ops", "data")]  # fmt: skip
@@ -207,7 +207,7 @@ def main() -> None:
     args = parser.parse_args()
 
     name = args.reuse or args.keep or f"kw_bench_q_{os.getpid()}"
-    db_url = ADMIN_URL.rsplit("/", 1)[0] + "/" + name
+    db_url = database_url(name)
     if not args.reuse:
         with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

@@ -64,7 +64,7 @@ import aiohttp
 import psycopg
 
 sys.path.insert(0, os.path.dirname(__file__))
-from ingest import ADMIN_URL, start_server  # noqa: E402
+from ingest import ADMIN_URL, database_url, start_server  # noqa: E402
 from scale_data import (  # noqa: E402
     DAILY_ROLLUPS,
     DURATION_ROLLUPS,
@@ -86,10 +86,6 @@ from scale_verify import compare, replay, wait_for_verdicts  # noqa: E402
 
 from keelwave.db import keys as key_store  # noqa: E402
 from keelwave.db import migrate  # noqa: E402
-
-
-def database_url(name: str) -> str:
-    return ADMIN_URL.rsplit("/", 1)[0] + "/" + name
 
 
 def fresh_database(name: str) -> str:

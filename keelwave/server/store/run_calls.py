@@ -124,7 +124,7 @@ def _calls(keys: list[Key], rows: list[tuple]) -> tuple[RunCalls, list[tuple]]:
     place, view, start time in µs, wants)."""
     counts: dict[Key, int] = {}
     calls: dict[Key, list[StepView]] = {}
-    starts: dict[int, int] = {}  # id(view) -> its step's start time
+    starts: dict[tuple[int, int], int] = {}  # (run's place, step index) -> start time
     by_place: list[list[StepView]] = [[] for _ in keys]
     for n, count, index, tool, fingerprint, sketch, started in rows:
         if count is not None:
@@ -132,7 +132,7 @@ def _calls(keys: list[Key], rows: list[tuple]) -> tuple[RunCalls, list[tuple]]:
             continue
         view = StepView(index, tool, None, None, fingerprint, fingerprint is not None, sketch)
         by_place[n - 1].append(view)
-        starts[id(view)] = started
+        starts[(n, index)] = started
     needed = []
     for n, views in enumerate(by_place, start=1):
         if not views:
@@ -140,7 +140,8 @@ def _calls(keys: list[Key], rows: list[tuple]) -> tuple[RunCalls, list[tuple]]:
         calls[keys[n - 1]] = views
         views.sort(key=attrgetter("step_index"))
         for view, want_input, want_output in wanted(views):
-            needed.append((n, view, starts[id(view)], want_input | want_output << 1))
+            wants = want_input | want_output << 1
+            needed.append((n, view, starts[(n, view.step_index)], wants))
     return RunCalls(counts, calls, set()), needed
 
 

@@ -396,6 +396,7 @@ def test_keelwave_runs_show_draws_the_frameworks_loop(server, exported, seen) ->
         text = shown.stdout
         assert run["id"] in text and "weather_agent" in text
         assert "get_weather ×3  steps 1–3" in text
-        assert "yes, from step 1" in text
+        # No agent reported it: the loop flag of a run sent as spans is the server's.
+        assert "yes, from step 1 (detected by the server)" in text
         assert "460 in · 86 out · 4 model calls" in text
         assert ("final_answer" in text) == (framework == "smolagents")

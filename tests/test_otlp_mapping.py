@@ -19,11 +19,18 @@ LOOPS = [
     "openaiagents_openllmetry_loop", "langgraph_loop", "langgraph_openllmetry_loop",
     "smolagents_loop", "strands_loop", "strands_latest_loop", "googleadk_loop",
     "googleadk_legacy_loop", "pydanticai_openinference_loop", "langgraph_genai_loop",
-    "openaiagents_genai_loop",
+    "openaiagents_genai_loop", "agentframework_loop", "openaiagents_v2_loop",
+    "openaiagents_v2_chatcompletions",
 ]  # fmt: skip
 NESTED = ["pydanticai_nested", "pydanticai_openinference_nested", "langgraph_genai_nested",
           "strands_nested", "strands_latest_nested", "smolagents_nested",
-          "openaiagents_agent_as_tool", "openaiagents_genai_agent_as_tool"]  # fmt: skip
+          "openaiagents_agent_as_tool", "openaiagents_genai_agent_as_tool",
+          "agentframework_nested", "semantickernel_nested", "dspy_nested", "haystack_nested",
+          "beeai_nested", "openaiagents_v2_agent_as_tool"]  # fmt: skip
+# Frameworks whose loops are not get_weather in a "weather_agent": (fixture, agent, tool).
+OTHER_LOOPS = [("dspy_loop", "ReAct", "search"), ("haystack_loop", "Agent", "get_weather"),
+               ("beeai_loop", "assistant", "get_weather"),
+               ("semantickernel_loop", "weather_agent", "WeatherPlugin-get_weather")]  # fmt: skip
 
 
 def runs_of(name: str, spans: list | None = None) -> list[mapping.MappedRun]:
@@ -163,6 +170,18 @@ def test_a_nested_agent_is_a_child_run(name: str) -> None:
         ("openaiagents_genai_max_turns", "max_steps_reached", False),
         ("openaiagents_genai_tool_error", "clean", True),
         ("openaiagents_genai_tool_error_fatal", "error", True),
+        ("agentframework_tool_error", "clean", True),
+        ("agentframework_tool_error_says_max_steps", "clean", True),  # its own limit
+        ("agentframework_model_error", "error", False),
+        ("semantickernel_tool_error", "clean", True),
+        ("semantickernel_model_error", "error", False),
+        ("dspy_tool_error", "clean", True),
+        ("beeai_tool_error", "clean", True),
+        ("beeai_step_limit", "max_steps_reached", False),  # AgentError: "not able to resolve"
+        ("haystack_step_limit", "max_steps_reached", False),  # exit_reason in its output
+        ("openaiagents_v2_tool_error", "clean", True),
+        ("openaiagents_v2_tool_error_fatal", "error", True),
+        ("openaiagents_v2_max_turns", "max_steps_reached", False),
     ],
 )
 def test_errors_and_step_limits(name: str, reason: str, step_failed: bool) -> None:
@@ -171,7 +190,11 @@ def test_errors_and_step_limits(name: str, reason: str, step_failed: bool) -> No
     assert any(step.error for step in run.steps) == step_failed
 
 
-@pytest.mark.parametrize("name", LOOPS + NESTED + ["openaiagents_handoff", "langgraph_arg_shapes"])
+HANDOFFS = ["openaiagents_handoff", "agentframework_handoff", "openaiagents_v2_handoff"]
+ORDERED = LOOPS + NESTED + HANDOFFS + [name for name, _, _ in OTHER_LOOPS]
+
+
+@pytest.mark.parametrize("name", [*ORDERED, "langgraph_arg_shapes"])
 def test_order_and_repetition_of_spans_change_nothing(name: str) -> None:
     spans = decode.from_json((FIXTURES / f"{name}.json").read_bytes())
     expected = runs_of(name, spans)
@@ -404,3 +427,107 @@ def test_a_model_call_without_a_provider_is_credited_to_its_model_family(model, 
     named = span(2, 1, "chat", {**call.attributes, "llm.provider": "azure"})
     [run] = mapping.map_trace([agent, named])
     assert [c.provider for c in run.calls] == ["azure"]
+
+
+def test_a_failed_call_the_agent_recovered_from_does_not_end_the_run_whatever_it_says() -> None:
+    """Microsoft Agent Framework puts tool and model spans right under the agent's: a
+    tool whose error message says "max steps" (its own limit) told the model, which
+    answered. The run ended clean; a step-limit exception on the agent's own machinery
+    (a wrapper, a turn) still counts."""
+    agent = span(1, None, "invoke_agent crawler", {"gen_ai.operation.name": "invoke_agent",
+                                                   "gen_ai.agent.name": "crawler"})  # fmt: skip
+    crawl = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "crawl",
+             "gen_ai.tool.call.arguments": '{"url": "a"}'}  # fmt: skip
+    tool = span(2, 1, "execute_tool crawl", crawl)
+    tool.status_code, tool.status_message = 2, "RuntimeError('crawler stopped: max steps (50)')"
+    [run] = mapping.map_trace([agent, tool])
+    assert run.termination_reason == "clean" and run.steps[0].error
+    turn = span(3, 1, "turn", {})
+    turn.status_code, turn.status_message = 2, "MaxTurnsExceeded: Max turns (3) exceeded"
+    [run] = mapping.map_trace([agent, tool, turn])
+    assert run.termination_reason == "max_steps_reached"
+
+
+@pytest.mark.parametrize(
+    "attributes",
+    [
+        {"gen_ai.response.finish_reasons": ["length"]},
+        {"gen_ai.response.finish_reasons": '["length"]'},  # Agent Framework: JSON text
+        {"gen_ai.response.finish_reason": "FinishReason.LENGTH"},  # Semantic Kernel
+        {"llm.finish_reason": "max_tokens"},  # Anthropic's word for it
+        {"gen_ai.response.finish_reasons": ["MAX_TOKENS"]},  # Google's
+    ],
+)
+def test_a_last_model_call_cut_off_at_its_token_limit_is_a_context_limit(attributes) -> None:
+    agent = span(1, None, "invoke_agent writer", {"gen_ai.operation.name": "invoke_agent"})
+    call = span(2, 1, "chat gpt-4o", {"gen_ai.operation.name": "chat",
+                                      "gen_ai.request.model": "gpt-4o", **attributes})  # fmt: skip
+    [run] = mapping.map_trace([agent, call])
+    assert run.termination_reason == "context_limit"
+    stop = span(2, 1, "chat gpt-4o", {"gen_ai.operation.name": "chat",
+                                      "gen_ai.response.finish_reasons": '["stop"]'})  # fmt: skip
+    [run] = mapping.map_trace([agent, stop])
+    assert run.termination_reason == "clean"
+
+
+@pytest.mark.parametrize("name", ["agentframework_length", "semantickernel_length"])
+def test_a_run_whose_last_answer_ran_out_of_tokens_hit_its_context_limit(name: str) -> None:
+    """Agent Framework writes finish reasons as JSON text, Semantic Kernel one reason as
+    its enum's name (``FinishReason.LENGTH``)."""
+    [run] = runs_of(name)
+    assert run.termination_reason == "context_limit"
+
+
+@pytest.mark.parametrize(("name", "agent", "tool"), OTHER_LOOPS)
+def test_more_frameworks_loops(name: str, agent: str, tool: str) -> None:
+    """DSPy's ReAct and Haystack's Agent are chains to OpenInference, agents here; DSPy's
+    tool spans are named for the method (``search.__call__``); BeeAI wraps the
+    arguments (``{"input": …, "options": …}``); Haystack makes no tool spans at all, so
+    its steps are the calls its model asked for."""
+    [run] = runs_of(name)
+    assert run.agent_name == agent and run.termination_reason == "clean"
+    calls = [step for step in run.steps if step.tool_name == tool]
+    assert [step.step_index for step in calls] == [1, 2, 3]
+    assert len({step.fingerprint for step in calls}) == 1 and calls[0].fingerprint
+    assert run.loop_step_index == 1
+    assert b'"input"' not in calls[0].tool_input and b"kwargs" not in calls[0].tool_input
+    if name != "dspy_loop":  # (DSPy's instrumentor records no tokens)
+        assert sum(call.input_tokens for call in run.calls) == 460
+
+
+def test_steps_asked_for_by_the_model_are_linked_to_the_call_that_asked() -> None:
+    [run] = runs_of("haystack_loop")
+    assert [call.step_index for call in run.calls] == [1, 2, 3, None]
+    assert all(step.tool_output is None and step.duration_ms is None for step in run.steps)
+    assert len({step.started_ns for step in run.steps}) == 3
+
+
+def test_a_model_request_in_a_trace_with_tool_spans_is_no_step_of_its_own() -> None:
+    """Where an instrumentation makes tool spans, a call the model asked for with no
+    span was not run as a tool (a handoff, a structured answer)."""
+    runs = {run.agent_name: run for run in runs_of("agentframework_handoff")}
+    assert runs["triage_agent"].steps == []
+
+
+def test_beeai_event_spans_are_neither_runs_nor_steps() -> None:
+    """BeeAI's instrumentor gives an agent's or tool's events ("final_answer", "error")
+    spans of their own, of their emitter's kind."""
+    [run] = runs_of("beeai_tool_error")
+    assert [s.tool_name for s in run.steps] == ["fetch_page", "final_answer"]
+    assert run.steps[0].error and run.steps[0].tool_input == b'{"url": "https://example.com/"}'
+
+
+@pytest.mark.parametrize(
+    ("name", "source", "target"),
+    [("agentframework_handoff", "triage_agent", "refund_agent"),
+     ("openaiagents_v2_handoff", "triage_agent", "weather_specialist")],
+)  # fmt: skip
+def test_a_handoff_makes_the_target_a_child_of_the_agent_that_handed_off(name, source, target):
+    """Both run their agents as siblings (under Agent Framework's workflow, the Agents
+    SDK's); what shows the handoff is a model call asking for handoff_to_<target>,
+    which Agent Framework answers without a tool span, or the v2 instrumentor's
+    agent_handoff span (gen_ai.handoff.to_agent)."""
+    runs = {run.agent_name: run for run in runs_of(name)}
+    assert set(runs) == {source, target}
+    assert runs[target].parent_run_id == runs[source].run_id
+    assert runs[target].steps

@@ -56,9 +56,19 @@ def began_at(run: dict) -> int | None:
     return min(steps) if steps else None
 
 
+def from_spans(run: dict) -> bool:
+    """Whether the run came as OpenTelemetry spans (its metadata names the trace): then
+    no agent reported anything, and its ``loop_detected`` is the server's own reading of
+    the spans' fingerprints. (Only a run's own page has its metadata.)"""
+    metadata = run.get("metadata")
+    return isinstance(metadata, dict) and "otel.trace_id" in metadata
+
+
 def who(run: dict) -> str:
     """Who says the run loops, as the header's parenthesis: "detected by the server"."""
     agent_step, server_step = run.get("loop_step_index"), run.get("detected_loop_step_index")
+    if from_spans(run) and source(run) is not None:
+        return "detected by the server"
     match source(run):
         case "agent":
             return "reported by the agent"

@@ -9,6 +9,10 @@ Run: python tests/otlp_fixtures/capture/openaiagents.py openinference
      python tests/otlp_fixtures/capture/openaiagents.py genai
        needs openai-agents opentelemetry-instrumentation-genai-openai-agents
        (OpenTelemetry's own, GenAI conventions) writes openaiagents_genai_<scenario>.json
+     python tests/otlp_fixtures/capture/openaiagents.py v2
+       needs openai-agents opentelemetry-instrumentation-openai-agents-v2 (the
+       contrib repository's newer one, GenAI conventions, same import path as
+       OpenLLMetry's) writes openaiagents_v2_<scenario>.json
 All need opentelemetry-sdk opentelemetry-exporter-otlp-proto-common.
 
 In the Agents SDK the *model* opens the span for a model call (the Responses model a
@@ -91,9 +95,18 @@ elif INSTRUMENTATION == "genai":
         tracer_provider=cap.provider, disable_openai_trace_export=True
     )
     PREFIX = "openaiagents_genai"
+elif INSTRUMENTATION == "v2":
+    # opentelemetry-instrumentation-openai-agents-v2: it *adds* its processor to the
+    # SDK's, so drop the uploader first. Content capture is on by default.
+    from agents import set_trace_processors
+    from opentelemetry.instrumentation.openai_agents import OpenAIAgentsInstrumentor
+
+    set_trace_processors([])
+    OpenAIAgentsInstrumentor().instrument(tracer_provider=cap.provider)
+    PREFIX = "openaiagents_v2"
 else:
     raise SystemExit(
-        f"unknown instrumentation {INSTRUMENTATION!r}: openinference, openllmetry or genai"
+        f"unknown instrumentation {INSTRUMENTATION!r}: openinference, openllmetry, genai or v2"
     )
 
 # What an OpenAI model sends: the arguments as a JSON string (note the spacing).

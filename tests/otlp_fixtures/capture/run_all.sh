@@ -58,3 +58,18 @@ py=$(env_for llamaindex-openinference llama-index-core==0.14.25 \
 py=$(env_for llamaindex-openllmetry llama-index-core==0.14.25 llama-index-llms-openai \
     opentelemetry-instrumentation-llamaindex==0.62.4 $otel)
 "$py" llamaindex_agent.py openllmetry
+py=$(env_for agentframework agent-framework-core==1.26.0 agent-framework-orchestrations==1.4.0 $otel)
+"$py" agent_framework.py
+py=$(env_for semantickernel semantic-kernel==1.45.0 $otel)
+"$py" semantic_kernel.py
+py=$(env_for dspy-openinference dspy==3.4.1 openinference-instrumentation-dspy==0.1.48 $otel)
+"$py" dspy_react.py
+py=$(env_for haystack-openinference haystack-ai==3.4.1 \
+    openinference-instrumentation-haystack==0.1.46 $otel)
+"$py" haystack_agent.py
+py=$(env_for beeai-openinference beeai-framework==0.1.85 \
+    openinference-instrumentation-beeai==0.1.30 $otel)
+"$py" beeai_agent.py
+py=$(env_for openaiagents-v2 openai-agents==0.24.0 openai==3.57.0 \
+    opentelemetry-instrumentation-openai-agents-v2==0.1.0 $otel)
+"$py" openaiagents.py v2

@@ -24,6 +24,14 @@ AGENT, TOOL, RETRIEVER, MODEL, OTHER = "agent", "tool", "retriever", "model", "o
 MODEL_OPERATIONS = ("chat", "text_completion", "generate_content", "embeddings")
 # Spans that wrap a framework's run of agents without being one (the OpenAI Agents SDK).
 WORKFLOW_NAMES = ("Agent workflow", "Agent Workflow")
+# Agents that OpenInference's instrumentors draw as chains, by span name: DSPy's ReAct
+# and CodeAct modules, Haystack's Agent component.
+CHAIN_AGENTS = frozenset((
+    "ReAct.forward", "ReAct.aforward", "CodeAct.forward", "CodeAct.aforward",
+    "Agent.run", "Agent.run_async",
+))  # fmt: skip
+# A run's own output saying a step limit stopped it (Haystack's Agent: exit_reason).
+LIMIT_EXITS = ("max_agent_steps", "max_steps", "max_iterations", "max_turns")
 # LlamaIndex (OpenInference) gives every method of an LLM class a span of kind LLM, this
 # one too, though it only prepares the arguments of the chat call that follows it.
 LLAMAINDEX_REQUEST_BUILDER = "._prepare_chat_with_tools"
@@ -31,6 +39,7 @@ LLAMAINDEX_REQUEST_BUILDER = "._prepare_chat_with_tools"
 STEP_LIMITS = (
     "maxturnsexceeded", "max turns", "max_turns", "graphrecursionerror", "recursion limit",
     "maxstepserror", "max steps", "max_steps", "usagelimitexceeded",
+    "not able to resolve the task in",  # BeeAI's AgentError at its max_iterations
 )  # fmt: skip
 
 
@@ -52,8 +61,14 @@ def role(span: Span) -> str:
     attributes = span.attributes
     operation = attributes.get("gen_ai.operation.name")
     openinference = str(attributes.get("openinference.span.kind") or "").upper()
+    if "metadata.path" in attributes and "metadata.class_name" not in attributes:
+        # BeeAI's event spans ("final_answer", "error"…) inherit the kind of the agent
+        # or tool that emitted them; only that agent's or tool's own span names a class.
+        return OTHER
     traceloop = str(attributes.get("traceloop.span.kind") or "").lower()
     metadata = _metadata(span) if "metadata" in attributes else {}
+    if openinference == "CHAIN" and span.name in CHAIN_AGENTS:
+        return AGENT
     if operation == "invoke_agent" or openinference == "AGENT" or traceloop == "agent":
         # LangGraph marks each run of its node named "agent" as an AGENT too; the
         # agent is the graph, whose span has no langgraph_step.
@@ -90,6 +105,8 @@ def agent_name(span: Span) -> str | None:
         name = _first(span.attributes, "traceloop.entity.name")
     if name is None and span.name.startswith("invoke_agent "):
         name = span.name.removeprefix("invoke_agent ")
+    if name is None and span.name in CHAIN_AGENTS:
+        name = span.name.partition(".")[0]  # the module's or component's class: "ReAct"
     if name is None and span.name not in WORKFLOW_NAMES:
         kind = span.attributes.get("openinference.span.kind")
         if kind == "AGENT" or "ls_integration" in _metadata(span):
@@ -117,10 +134,16 @@ def graph_namespace(span: Span) -> str | None:
     return namespace if isinstance(namespace, str) and namespace else None
 
 
+# What a tool span's name adds to the tool's: its method (DSPy's ``search.__call__``).
+_TOOL_METHODS = (".tool", ".__call__", ".acall")
+
+
 def tool_name(span: Span) -> str:
     name = _first(span.attributes, "gen_ai.tool.name", "tool.name", "traceloop.entity.name")
     if name is None:
-        name = span.name.removeprefix("execute_tool ").removesuffix(".tool")
+        name = span.name.removeprefix("execute_tool ")
+        for method in _TOOL_METHODS:
+            name = name.removesuffix(method)
     return str(name)
 
 
@@ -137,6 +160,8 @@ def _envelope(value: Any) -> Any:
             return value["kwargs"] if not value["args"] else {
                 "args": value["args"], "kwargs": value["kwargs"]
             }  # fmt: skip
+        if set(value) == {"input", "options"} and isinstance(value["input"], dict):
+            return value["input"]  # BeeAI's tool call (OpenInference)
     return None
 
 
@@ -159,6 +184,12 @@ def tool_input(span: Span) -> bytes | None:
         raw = _event_attribute(span, "gen_ai.tool.message", "content", "arguments")
     if raw is None:
         raw = _adk_legacy(attributes, ADK_ARGUMENTS)
+    return arguments_json(raw)
+
+
+def arguments_json(raw: Any) -> bytes | None:
+    """A tool call's arguments, however sent, as the bytes keelwave fingerprints
+    (tool_input's rules)."""
     if raw is None:
         return None
     if not isinstance(raw, str):
@@ -338,9 +369,22 @@ def error(span: Span) -> str | None:
     return None
 
 
+def stopped_at_limit(span: Span) -> bool:
+    """Whether the agent span's own output says a step limit stopped it."""
+    output = span.attributes.get("output.value")
+    if not isinstance(output, str) or "exit_reason" not in output:
+        return False
+    parsed = _parsed(output)
+    reason = parsed.get("exit_reason") if isinstance(parsed, dict) else None
+    return isinstance(reason, str) and reason.lower() in LIMIT_EXITS
+
+
 def exception_types(span: Span) -> list[str]:
+    """What the span's exceptions say: their types and messages (BeeAI's step limit is
+    a plain AgentError whose message tells), and an ERROR status's message."""
     types = [
-        str(event.attributes.get("exception.type") or "")
+        f"{event.attributes.get('exception.type') or ''}: "
+        f"{event.attributes.get('exception.message') or ''}"
         for event in span.events
         if event.name == "exception"
     ]
@@ -384,7 +428,9 @@ def model_call(span: Span) -> dict[str, Any]:
     """Provider, model, tokens (input includes cached input, output includes reasoning,
     keelwave's convention) and finish reasons of an inference span."""
     a = span.attributes
-    finish = _first(a, "gen_ai.response.finish_reasons", "llm.finish_reason")
+    finish = _first(
+        a, "gen_ai.response.finish_reasons", "gen_ai.response.finish_reason", "llm.finish_reason"
+    )
     model = str(
         _first(a, "gen_ai.response.model", "gen_ai.request.model", "llm.model_name") or "unknown"
     )
@@ -409,10 +455,25 @@ def model_call(span: Span) -> dict[str, Any]:
             "gen_ai.usage.reasoning.output_tokens",
             "llm.token_count.completion_details.reasoning",
         ),
-        "finish_reasons": [str(f) for f in finish]
-        if isinstance(finish, list)
-        else ([str(finish)] if finish else []),  # fmt: skip
+        "finish_reasons": finish_reasons(finish),
     }
+
+
+def finish_reasons(value: Any) -> list[str]:
+    """A model call's finish reasons, lowercased, however the instrumentation wrote
+    them: an array (the convention), one string, an array as JSON text (Microsoft Agent
+    Framework: ``'["length"]'``), or an enum's name (Semantic Kernel:
+    ``FinishReason.LENGTH``)."""
+    if isinstance(value, str) and value.startswith("["):
+        parsed = _parsed(value)
+        value = parsed if isinstance(parsed, list) else value
+    items = value if isinstance(value, list) else [value] if value else []
+    return [str(item).lower().rpartition("finishreason.")[2] for item in items if item]
+
+
+# Finish reasons of a model call stopped by its token limit: OpenAI's, Anthropic's and
+# Bedrock's, Google's; and Anthropic's for a full context window.
+LENGTH_REASONS = frozenset(("length", "max_tokens", "model_context_window_exceeded"))
 
 
 def stacktrace(span: Span) -> str | None:
@@ -435,7 +496,7 @@ _PROMPT_EVENTS = {
 }
 
 
-def _json_value(value: Any) -> Any:
+def json_value(value: Any) -> Any:
     """An attribute that holds JSON text (a message's content, often) as its value."""
     if isinstance(value, str) and value[:1] in ("{", "["):
         parsed = _parsed(value)
@@ -473,14 +534,14 @@ def messages(span: Span) -> tuple[bytes | None, bytes | None]:
     if prompt is None:
         events = [
             {"role": event.attributes.get("role") or role,
-             **{k: _json_value(v) for k, v in event.attributes.items() if k != "role"}}
+             **{k: json_value(v) for k, v in event.attributes.items() if k != "role"}}
             for event in span.events
             if (role := _PROMPT_EVENTS.get(event.name)) is not None
         ]  # fmt: skip
         prompt = _as_payload(events or _indexed(attributes, "llm.input_messages."))
     if response is None:
         choices = [
-            {k: _json_value(v) for k, v in event.attributes.items()}
+            {k: json_value(v) for k, v in event.attributes.items()}
             for event in span.events
             if event.name == "gen_ai.choice"
         ]

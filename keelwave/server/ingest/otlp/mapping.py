@@ -45,6 +45,7 @@ from typing import Any
 
 from keelwave.server.ingest.fingerprint import fingerprint
 from keelwave.server.ingest.otlp import conventions as c
+from keelwave.server.ingest.otlp import requested
 from keelwave.server.ingest.otlp.decode import Span
 
 # Run ids are derived from trace and span ids, so every server computes the same.
@@ -129,6 +130,8 @@ def map_trace(spans: list[Span], memo: Memo | None = None) -> list[MappedRun]:
     _model_wrappers(unique, roles)
     wrapped = _tool_wrappers(unique, roles)
     runs = _run_spans(unique, roles)
+    # A trace without any tool span: its steps are the calls its models asked for.
+    asked = not any(role in (c.TOOL, c.RETRIEVER) for role in roles.values())
     trace_id = next(iter(unique.values())).trace_id
     roots = sorted((s for s in unique.values() if s.parent_span_id is None), key=_start)
     # A trace without agent spans is one run, from its root.
@@ -154,12 +157,15 @@ def map_trace(spans: list[Span], memo: Memo | None = None) -> list[MappedRun]:
         if home is not None:
             members.setdefault(home, []).append(span)
 
+    handoffs = _handoffs(unique, roles, runs, owner) if len(runs) > 1 else []
     mapped: dict[bytes, MappedRun] = {}
     for key in sorted(set(runs) | set(members)):
         span = unique.get(key)  # None for a provisional run
         parent = owner(span) if key in runs and span is not None else None
         if key in runs and span is not None:
-            parent = _handed_off_by(span, runs, unique, owner) or _enclosing(span, parent, unique)
+            parent = _handed_off_by(span, runs, unique, owner, handoffs) or _enclosing(
+                span, parent, unique
+            )
         mapped[key] = _run(trace_id, key, span, runs.get(key), parent, members.get(key, []))
     for key, run in mapped.items():
         spans_of_run = members.get(key, [])
@@ -173,6 +179,8 @@ def map_trace(spans: list[Span], memo: Memo | None = None) -> list[MappedRun]:
             for n, span in enumerate(tools, start=1)
         ]
         calls = sorted((s for s in spans_of_run if roles[s.span_id] == c.MODEL), key=_start)
+        if asked:
+            run.steps = _asked_steps(calls)
         run.calls = [_call(span, memo) for span in calls]
         _link_calls(run)
         run.loop_step_index = _loop_began(run.steps)
@@ -217,7 +225,7 @@ def _run(
 
 def _run_spans(unique: dict[bytes, Span], roles: dict[bytes, str]) -> dict[bytes, str]:
     """Run span id -> agent name. A nameless agent span wrapping exactly one agent
-    (and no tool of its own) gives way to it."""
+    (and no tool or model call of its own) gives way to it."""
     agents = {span_id for span_id, role in roles.items() if role == c.AGENT}
     children: dict[bytes, list[bytes]] = {}
     for span_id, span in unique.items():
@@ -225,14 +233,16 @@ def _run_spans(unique: dict[bytes, Span], roles: dict[bytes, str]) -> dict[bytes
             children.setdefault(span.parent_span_id, []).append(span_id)
 
     def inner(span_id: bytes) -> tuple[list[bytes], bool]:
-        """The nearest agent spans below, and whether a tool lies between."""
+        """The nearest agent spans below, and whether a tool or a model call lies
+        between (work of its own: Haystack's Agent around one it runs as a tool, whose
+        call has no span)."""
         found, tool, stack = [], False, list(children.get(span_id, ()))
         while stack:
             below = stack.pop()
             if below in agents:
                 found.append(below)
                 continue
-            tool = tool or roles[below] == c.TOOL
+            tool = tool or roles[below] in (c.TOOL, c.MODEL)
             stack.extend(children.get(below, ()))
         return found, tool
 
@@ -316,33 +326,72 @@ def _enclosing(span: Span, parent: bytes | None, unique: dict[bytes, Span]) -> b
 
 
 def _handed_off_by(
-    span: Span, runs: dict[bytes, str], unique: dict[bytes, Span], owner
+    span: Span,
+    runs: dict[bytes, str],
+    unique: dict[bytes, Span],
+    owner,
+    handoffs: list[tuple[str, bytes | None]],
 ) -> bytes | None:
-    """The run that handed off to this agent: the latest agent of that name that
-    started before it, next to it in the same enclosing run (OpenAI Agents SDK
-    handoffs, whose agent spans are siblings under the workflow), and that shows the
-    handoff: a span of its own named for it ("handoff to X", a "transfer_to_X" tool).
-    (OpenInference's graph.node.parent_id names the agent before this one, which in
-    a CrewAI crew or an AutoGen round-robin chat is only the previous speaker.)"""
-    name = c.handed_off_by(span)
-    if name is None:
+    """The run that handed off to this agent: an agent that started before it, next to
+    it in the same enclosing run (handoffs make the agents siblings: under the OpenAI
+    Agents SDK's workflow span, Microsoft Agent Framework's workflow), and that shows
+    the handoff (``handoffs``); the latest such. Where OpenInference names the agent
+    before this one (``graph.node.parent_id``) only that one may be it: in a CrewAI
+    crew or an AutoGen round-robin chat that is only the previous speaker."""
+    if not handoffs:
         return None
+    named = c.handed_off_by(span)
     home = owner(span)
-    candidates = [
-        unique[key]
-        for key, agent in runs.items()
-        if agent == name and key != span.span_id and unique[key].start_ns <= span.start_ns
-        and owner(unique[key]) == home
-    ]  # fmt: skip
-    if not candidates:
-        return None
-    source = max(candidates, key=_start).span_id
     target = (runs.get(span.span_id) or span.name).lower()
-    for other in unique.values():
-        said = other.name.lower()
-        if target in said and ("handoff" in said or "transfer" in said) and owner(other) == source:
-            return source
+    candidates = sorted(
+        (
+            unique[key]
+            for key, agent in runs.items()
+            if key != span.span_id and unique[key].start_ns <= span.start_ns
+            and owner(unique[key]) == home and (named is None or agent == named)
+        ),
+        key=_start,
+        reverse=True,
+    )  # fmt: skip
+    for source in candidates[:1] if named is not None else candidates:
+        if any(target in said and run == source.span_id for said, run in handoffs):
+            return source.span_id
     return None
+
+
+def _handoffs(
+    unique: dict[bytes, Span], roles: dict[bytes, str], runs: dict[bytes, str], owner
+) -> list[tuple[str, bytes | None]]:
+    """What the trace's spans say of handoffs, lowercased, with the run that said it:
+    a span named for one ("handoff to X", a "transfer_to_X" tool: OpenInference), the
+    GenAI ``gen_ai.handoff.to_agent`` (the OpenAI Agents SDK's v2 instrumentor's
+    ``agent_handoff`` span), a model call asking for a ``handoff_to_X`` or
+    ``transfer_to_X`` tool that no tool span runs (Microsoft Agent Framework)."""
+    said: list[tuple[str, bytes | None]] = []
+    for span_id, span in unique.items():
+        run = span_id if span_id in runs else owner(span)
+        name = span.name.lower()
+        if "handoff" in name or "transfer" in name:
+            said.append((name, run))
+        target = span.attributes.get("gen_ai.handoff.to_agent")
+        if target:
+            said.append((f"handoff to {str(target).lower()}", run))
+        if roles[span_id] == c.MODEL and _mentions_handoff(span):
+            said += [
+                (tool.lower(), run)
+                for tool, _ in requested.tool_calls(span)
+                if tool.lower().startswith(("handoff_to_", "transfer_to_"))
+            ]
+    return said
+
+
+def _mentions_handoff(span: Span) -> bool:
+    """A cheap look before reading a model call's response for a handoff."""
+    return any(
+        isinstance(value, str) and ("handoff_to_" in value or "transfer_to_" in value)
+        for key, value in span.attributes.items()
+        if "output" in key or "completion" in key
+    )
 
 
 def _millis(span: Span) -> float | None:
@@ -378,6 +427,31 @@ def _new_step(span: Span, role: str, index: int) -> MappedStep:
         fingerprint=fingerprint(name, arguments) if arguments is not None else None,
         step_type="custom" if role == c.RETRIEVER else "tool_call",
     )
+
+
+def _asked_steps(calls: list[Span]) -> list[MappedStep]:
+    """The steps of a run in a trace without tool spans (requested.py): each tool call
+    its model calls asked for, in order, as made once the model had answered. Their
+    identity is the model span's and the call's place in its answer; what the tool
+    returned, how long it took and whether it failed are not in the trace."""
+    steps: list[MappedStep] = []
+    for span in calls:
+        for number, (name, raw) in enumerate(requested.tool_calls(span)):
+            arguments = c.arguments_json(raw)
+            steps.append(
+                MappedStep(
+                    span_id=span.span_id + number.to_bytes(4, "big"),
+                    step_index=len(steps) + 1,
+                    tool_name=name,
+                    tool_input=arguments,
+                    tool_output=None,
+                    started_ns=(span.end_ns or span.start_ns) + number,
+                    duration_ms=None,
+                    error=None,
+                    fingerprint=fingerprint(name, arguments) if arguments is not None else None,
+                )
+            )
+    return steps
 
 
 def _wrapping_step(span: Span, inner: Span, index: int) -> MappedStep:
@@ -464,14 +538,20 @@ def _finish(run: MappedRun, span: Span, unique: dict[bytes, Span]) -> None:
         return
     failures = [span]
     # A wrapper that stays OK while the agent inside it failed (OpenAI Agents SDK,
-    # smolagents): look at the agent spans of the same run, direct children first.
-    failures += [s for s in unique.values() if s.parent_span_id == span.span_id]
+    # smolagents): look at the spans of the agent's own machinery right under it. Not
+    # at its tool calls and model calls: a failed call the agent recovered from says
+    # nothing about how the run ended, whatever its message says ("max steps").
+    failures += [
+        s
+        for s in unique.values()
+        if s.parent_span_id == span.span_id and c.role(s) in (c.AGENT, c.OTHER)
+    ]
     kinds = [kind.lower() for failed in failures for kind in c.exception_types(failed)]
-    if any(limit in kind for kind in kinds for limit in c.STEP_LIMITS):
+    if any(limit in kind for kind in kinds for limit in c.STEP_LIMITS) or c.stopped_at_limit(span):
         run.termination_reason = "max_steps_reached"
     elif c.error(span):
         run.termination_reason = "error"
-    elif run.calls and "length" in run.calls[-1].finish_reasons:
+    elif run.calls and not c.LENGTH_REASONS.isdisjoint(run.calls[-1].finish_reasons):
         run.termination_reason = "context_limit"
     else:
         run.termination_reason = "clean"

@@ -5,8 +5,9 @@ what is kept must map exactly as the span did when it came. Spans that are
 neither agent, tool nor model call (chains, HTTP clients, framework plumbing)
 only matter for their place in the tree, their name, how they ended and their
 resource: their attributes, often the bulkiest part (prompts), are dropped,
-except on a trace's root, which names a run of a trace without agent spans.
-Secrets in what is kept are redacted before it is stored.
+except on a trace's root, which names a run of a trace without agent spans, and
+those saying who handed off to whom (``gen_ai.handoff.*``). Secrets in what is
+kept are redacted before it is stored.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from keelwave.server.ingest.otlp import conventions as c
 from keelwave.server.ingest.otlp.decode import Event, Span
 from keelwave.server.redaction import BUILTIN, ServerRedaction
 
+_KEPT_OF_OTHERS = "gen_ai.handoff."
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(Span)
 
@@ -50,7 +52,8 @@ def kept(
     attributes = span.attributes
     if span.parent_span_id is not None and c.role(span) == c.OTHER:
         events = [event for event in events if event.name == "exception"]
-        attributes = {}
+        # (but who handed off to whom: mapping's handoffs, the OpenAI Agents SDK's v2)
+        attributes = {k: v for k, v in attributes.items() if k.startswith(_KEPT_OF_OTHERS)}
     resource = None if resources is None else resources.get(id(span.resource))
     if resource is None:
         resource = rules.attributes(span.resource)

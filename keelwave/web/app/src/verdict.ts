@@ -19,7 +19,16 @@ export type Finding = {
 export type Verdict = {
   loop_detected: boolean; loop_step_index: number | null;
   detected_loop?: boolean; detected_loop_step_index?: number | null; findings?: Kind[];
+  metadata?: unknown;
 };
+
+// A run that came as OpenTelemetry spans (its metadata names the trace): no agent reported
+// anything, and its loop_detected is the server's own reading of the spans' fingerprints.
+// (Only a run's own page has its metadata.) keelwave/remote/verdict.py's from_spans.
+export function fromSpans(run: Verdict): boolean {
+  const metadata = run.metadata;
+  return typeof metadata === "object" && metadata !== null && "otel.trace_id" in metadata;
+}
 
 export type Source = "both" | "agent" | "server" | null;
 
@@ -42,6 +51,7 @@ export function beganAt(run: Verdict): number | null {
 // "detected by the server"; "reported by the agent at step 2; the server found it from step 1".
 export function who(run: Verdict): string {
   const agentStep = run.loop_step_index, serverStep = run.detected_loop_step_index;
+  if (fromSpans(run) && source(run) !== null) return "detected by the server";
   switch (source(run)) {
     case "agent": return "reported by the agent";
     case "server": return "detected by the server";

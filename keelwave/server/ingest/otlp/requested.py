@@ -1,0 +1,94 @@
+"""The tool calls a model call asked for, read from its response.
+
+Some instrumentations make no span when a tool runs: Haystack's Agent calls its
+tools directly, and OpenInference's Haystack instrumentor sees only components;
+OpenLLMetry's CrewAI instrumentor has no tool spans either. Their traces still
+say which tools were called, with which arguments: in each model call's response.
+mapping.py makes those calls the steps of a run, in a trace with no tool span at
+all (where a trace has tool spans, a model call's request that has none was not
+run as a tool: a handoff, a structured answer).
+
+A response names its tool calls in one of four forms:
+
+- ``gen_ai.output.messages`` (GenAI conventions): messages whose ``parts`` hold
+  ``{"type": "tool_call", "name", "arguments"}``;
+- OpenInference's flattened list, ``llm.output_messages.<i>.message.tool_calls.<j>.
+  tool_call.function.name`` and ``….arguments``;
+- OpenLLMetry's, ``gen_ai.completion.<i>.tool_calls.<j>.name`` and ``….arguments``;
+- the older ``gen_ai.choice`` event, whose ``tool_calls`` (or ``message.tool_calls``)
+  is OpenAI's ``[{"function": {"name", "arguments"}}]``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from keelwave.server.ingest.otlp import conventions as c
+from keelwave.server.ingest.otlp.decode import Span
+
+# (message index, call index, field) of the flattened forms
+_OPENINFERENCE = re.compile(
+    r"llm\.output_messages\.(\d+)\.message\.tool_calls\.(\d+)\.tool_call\.function\.(name|arguments)"
+)
+_OPENLLMETRY = re.compile(r"gen_ai\.completion\.(\d+)\.tool_calls\.(\d+)\.(name|arguments)")
+
+_FLATTENED = ("llm.output_messages.", "gen_ai.completion.")
+Call = tuple[str, Any]  # (tool name, arguments as sent: JSON text or a structured value)
+
+
+def tool_calls(span: Span) -> list[Call]:
+    """The (tool name, arguments) a model span's response asked for, in its order."""
+    attributes = span.attributes
+    messages = attributes.get("gen_ai.output.messages")
+    if messages:
+        return _from_parts(c.json_value(messages))
+    flattened = _flattened(attributes)
+    if flattened:
+        return flattened
+    calls: list[Call] = []
+    for event in span.events:
+        if event.name == "gen_ai.choice":
+            choice = {key: c.json_value(value) for key, value in event.attributes.items()}
+            message = choice.get("message")
+            listed = choice.get("tool_calls")
+            if listed is None and isinstance(message, dict):
+                listed = message.get("tool_calls")
+            calls += _from_openai(listed)
+    return calls
+
+
+def _from_parts(messages: Any) -> list[Call]:
+    calls: list[Call] = []
+    for message in messages if isinstance(messages, list) else []:
+        if not isinstance(message, dict) or message.get("role") not in (None, "assistant"):
+            continue
+        for part in message.get("parts") or []:
+            if isinstance(part, dict) and part.get("type") == "tool_call" and part.get("name"):
+                calls.append((str(part["name"]), part.get("arguments")))
+    return calls
+
+
+def _from_openai(listed: Any) -> list[Call]:
+    calls: list[Call] = []
+    for call in listed if isinstance(listed, list) else []:
+        function = call.get("function") if isinstance(call, dict) else None
+        if isinstance(function, dict) and function.get("name"):
+            calls.append((str(function["name"]), function.get("arguments")))
+    return calls
+
+
+def _flattened(attributes: dict[str, Any]) -> list[Call]:
+    if not any(key.startswith(_FLATTENED) for key in attributes):
+        return []
+    found: dict[tuple[int, int], dict[str, Any]] = {}
+    for key, value in attributes.items():
+        match = _OPENINFERENCE.fullmatch(key) or _OPENLLMETRY.fullmatch(key)
+        if match is not None:
+            message, call, field = match.groups()
+            found.setdefault((int(message), int(call)), {})[field] = value
+    return [
+        (str(fields["name"]), fields.get("arguments"))
+        for _, fields in sorted(found.items())
+        if fields.get("name")
+    ]

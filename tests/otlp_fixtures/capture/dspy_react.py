@@ -1,0 +1,153 @@
+"""Capture DSPy's ReAct agent through OpenInference (no network).
+
+Run: python tests/otlp_fixtures/capture/dspy_react.py
+Needs: dspy openinference-instrumentation-dspy opentelemetry-sdk
+       opentelemetry-exporter-otlp-proto-common
+Writes dspy_<scenario>.json.
+
+The agent is ``dspy.ReAct``: every iteration is one call of its ``react`` predictor
+(the model picks ``next_thought``, ``next_tool_name``, ``next_tool_args``), a tool
+call, and an observation; the model ends the loop by picking the built-in ``finish``
+tool, and a last ``extract`` call (a ChainOfThought) writes the answer fields.
+
+The model is a subclass of DSPy's ``DummyLM`` (answers from a list, formatted by the
+ChatAdapter); OpenInference instruments ``DummyLM`` like any ``LM``. Its engine is
+replaced by one that reports the fixed token counts (call *n* of the LM: input
+100 + 10n, output 20 + n), though this version of the instrumentation records no
+token counts. Each agent has its own LM, so *n* counts that agent's calls.
+
+Scenarios (one fixture each):
+  loop        search is called three times with the same arguments, then finish
+  tool_error  the tool raises RuntimeError; ReAct turns the error into the
+              observation and the model finishes
+  nested      the outer agent's tool runs an inner dspy.ReAct with its own tool
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from _otlp import Capture
+from openinference.instrumentation.dspy import DSPyInstrumentor
+
+cap = Capture("keelwave-capture-dspy-openinference")
+DSPyInstrumentor().instrument(tracer_provider=cap.provider)
+
+import dspy  # noqa: E402
+from dspy.clients.engines.dummy_engine import AsyncDummyEngine, DummyEngine  # noqa: E402
+from dspy.lm15 import Usage  # noqa: E402
+from dspy.utils import DummyLM  # noqa: E402
+
+
+class CountingEngine(DummyEngine):
+    """DummyLM's engine, but reporting the fixed token counts of call n."""
+
+    def _complete_messages(self, messages):
+        response = super()._complete_messages(messages)
+        turn = self.owner.calls
+        self.owner.calls += 1
+        usage = Usage(input_tokens=100 + 10 * turn, output_tokens=20 + turn)
+        return dataclasses.replace(response, usage=usage, model=self.owner.model)
+
+
+class ScriptedLM(DummyLM):
+    """A DummyLM answering from a list, with a model name and token counts."""
+
+    def __init__(self, model: str, answers: list[dict]) -> None:
+        super().__init__(answers)
+        self.model = model
+        self.calls = 0
+        self._engine_spec = CountingEngine(self)
+        self._async_engine_spec = AsyncDummyEngine(self._engine_spec)
+
+    def __repr__(self) -> str:  # the spans show the LM's repr: no memory address in it
+        return f"ScriptedLM(model={self.model!r})"
+
+
+def step(tool: str, args: dict, thought: str) -> dict:
+    """One answer of ReAct's ``react`` predictor."""
+    return {"next_thought": thought, "next_tool_name": tool, "next_tool_args": args}
+
+
+def finish(thought: str = "I have what I need.") -> dict:
+    return step("finish", {}, thought)
+
+
+# --- tools -------------------------------------------------------------------------------
+
+
+def search(query: str) -> str:
+    """Search the web."""
+    return f"Results for {query}: 18 degrees, sunny."
+
+
+def get_weather(city: str) -> str:
+    """Current weather for a city."""
+    raise RuntimeError(f"weather service unavailable for {city}")
+
+
+def lookup(term: str) -> str:
+    """Look a term up in the encyclopedia."""
+    return f"{term}: the backbone of a ship."
+
+
+def ask_researcher(question: str) -> str:
+    """Ask the research agent a question."""
+    inner_lm = ScriptedLM(
+        "fake-inner-model",
+        [
+            step("lookup", {"term": "keel"}, "Look the term up."),
+            finish(),
+            {"reasoning": "The encyclopedia says so.", "summary": "A keel is a ship's backbone."},
+        ],
+    )
+    researcher = dspy.ReAct("question -> summary", tools=[lookup], max_iters=5)
+    with dspy.context(lm=inner_lm):
+        return researcher(question=question).summary
+
+
+# --- scenarios -----------------------------------------------------------------------------
+
+
+def main() -> None:
+    loop_args = {"query": "weather paris"}
+    lm = ScriptedLM(
+        "fake-loop-model",
+        [step("search", loop_args, "Search for the weather.")] * 3
+        + [finish(), {"reasoning": "The search says so.", "answer": "18 degrees in Paris."}],
+    )
+    agent = dspy.ReAct("question -> answer", tools=[search], max_iters=6)
+    with dspy.context(lm=lm):
+        print(agent(question="Weather in Paris?").answer)
+    cap.save("dspy_loop")
+
+    lm = ScriptedLM(
+        "fake-error-model",
+        [
+            step("get_weather", {"city": "Paris"}, "Ask the weather service."),
+            finish("The service failed."),
+            {"reasoning": "The tool failed.", "answer": "The weather service is unavailable."},
+        ],
+    )
+    agent = dspy.ReAct("question -> answer", tools=[get_weather], max_iters=6)
+    with dspy.context(lm=lm):
+        print(agent(question="Weather in Paris?").answer)
+    cap.save("dspy_tool_error")
+
+    lm = ScriptedLM(
+        "fake-outer-model",
+        [
+            step("ask_researcher", {"question": "What is a keel?"}, "Ask the researcher."),
+            finish(),
+            {"reasoning": "The researcher answered.", "answer": "Researcher says: a backbone."},
+        ],
+    )
+    agent = dspy.ReAct("question -> answer", tools=[ask_researcher], max_iters=6)
+    with dspy.context(lm=lm):
+        print(agent(question="What is a keel?").answer)
+    cap.save("dspy_nested")
+    cap.shutdown()
+
+
+if __name__ == "__main__":
+    main()

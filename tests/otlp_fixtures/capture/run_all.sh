@@ -73,3 +73,6 @@ py=$(env_for beeai-openinference beeai-framework==0.1.85 \
 py=$(env_for openaiagents-v2 openai-agents==0.24.0 openai==3.57.0 \
     opentelemetry-instrumentation-openai-agents-v2==0.1.0 $otel)
 "$py" openaiagents.py v2
+py=$(env_for claude-agent-sdk claude-agent-sdk==0.2.184 \
+    openinference-instrumentation-claude-agent-sdk==0.1.22 $otel)
+"$py" claude_agent_sdk.py

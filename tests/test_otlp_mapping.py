@@ -531,3 +531,17 @@ def test_a_handoff_makes_the_target_a_child_of_the_agent_that_handed_off(name, s
     assert set(runs) == {source, target}
     assert runs[target].parent_run_id == runs[source].run_id
     assert runs[target].steps
+
+
+def test_steps_a_model_asked_for_give_way_to_tool_spans_that_arrive_later() -> None:
+    """An export carrying a trace's model calls before its tool spans: until a tool span
+    arrives the calls the model asked for are the steps (same tools, same arguments as
+    the model sent them), after it the tool spans are, as for the whole trace."""
+    spans = decode.from_json((FIXTURES / "agentframework_loop.json").read_bytes())
+    early = [span for span in spans if not span.name.startswith("execute_tool")]
+    [run] = mapping.map_trace(early)
+    assert [s.tool_name for s in run.steps] == ["get_weather"] * 3 and run.loop_step_index == 1
+    assert run.steps[0].tool_input == b'{"city": "Paris",  "unit": "celsius"}'  # the model's
+    [whole] = runs_of("agentframework_loop")
+    assert [s.span_id for s in whole.steps] != [s.span_id for s in run.steps]
+    assert mapping.map_trace(early + [s for s in spans if s not in early]) == [whole]

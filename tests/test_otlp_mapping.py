@@ -26,11 +26,13 @@ NESTED = ["pydanticai_nested", "pydanticai_openinference_nested", "langgraph_gen
           "strands_nested", "strands_latest_nested", "smolagents_nested",
           "openaiagents_agent_as_tool", "openaiagents_genai_agent_as_tool",
           "agentframework_nested", "semantickernel_nested", "dspy_nested", "haystack_nested",
-          "beeai_nested", "openaiagents_v2_agent_as_tool"]  # fmt: skip
+          "beeai_nested", "openaiagents_v2_agent_as_tool", "claudeagentsdk_nested",
+          "claudeagentsdk_nested_background"]  # fmt: skip
 # Frameworks whose loops are not get_weather in a "weather_agent": (fixture, agent, tool).
 OTHER_LOOPS = [("dspy_loop", "ReAct", "search"), ("haystack_loop", "Agent", "get_weather"),
                ("beeai_loop", "assistant", "get_weather"),
-               ("semantickernel_loop", "weather_agent", "WeatherPlugin-get_weather")]  # fmt: skip
+               ("semantickernel_loop", "weather_agent", "WeatherPlugin-get_weather"),
+               ("claudeagentsdk_loop", "ClaudeAgentSDK.query", "mcp__weather__get_weather")]  # fmt: skip
 
 
 def runs_of(name: str, spans: list | None = None) -> list[mapping.MappedRun]:
@@ -182,6 +184,8 @@ def test_a_nested_agent_is_a_child_run(name: str) -> None:
         ("openaiagents_v2_tool_error", "clean", True),
         ("openaiagents_v2_tool_error_fatal", "error", True),
         ("openaiagents_v2_max_turns", "max_steps_reached", False),
+        ("claudeagentsdk_tool_error", "clean", True),
+        ("claudeagentsdk_max_turns", "max_steps_reached", False),  # "maximum number of turns"
     ],
 )
 def test_errors_and_step_limits(name: str, reason: str, step_failed: bool) -> None:
@@ -545,3 +549,54 @@ def test_steps_a_model_asked_for_give_way_to_tool_spans_that_arrive_later() -> N
     [whole] = runs_of("agentframework_loop")
     assert [s.span_id for s in whole.steps] != [s.span_id for s in run.steps]
     assert mapping.map_trace(early + [s for s in spans if s not in early]) == [whole]
+
+
+_ODD_VALUES = [
+    None, "", "x", "[", "[]", '["length"]', '{"a": 1}', 1, 2.5, float("nan"), True, [1, "a"],
+    {"k": [1]}, '[{"role": "assistant", "parts": [{"type": "tool_call", "name": "t"}]}]',
+    '[{"role": "assistant", "parts": 3}]', '[{"parts": [{"type": "tool_call", "name": null}]}]',
+    '{"exit_reason": "max_agent_steps"}', '{"exit_reason": 5}', "handoff_to_b",
+    '{"input": {"a": 1}, "options": null}',
+]  # fmt: skip
+_ODD_KEYS = [
+    "gen_ai.output.messages", "llm.output_messages.0.message.tool_calls.0.tool_call.function.name",
+    "llm.output_messages.0.message.tool_calls.0.tool_call.function.arguments",
+    "gen_ai.completion.0.tool_calls.1.name", "gen_ai.response.finish_reasons",
+    "gen_ai.response.finish_reason", "gen_ai.handoff.to_agent", "output.value", "input.value",
+    "metadata.path", "metadata.class_name", "gen_ai.agent.name", "tool.name",
+    "graph.node.parent_id",
+]  # fmt: skip
+
+
+def test_odd_attribute_values_never_break_the_mapping_nor_make_it_order_dependent() -> None:
+    """Attributes are whatever a client sends: of any type, JSON or not, where the
+    conventions expect messages, reasons or names. (A model span whose message parts
+    were a number once failed its whole export.)"""
+    rng = random.Random(5)
+    kinds = ["invoke_agent", "execute_tool", "chat", "agent_handoff"]
+    names = ["ReAct.forward", "Agent.run", "x.__call__", "handoff to b", "invoke_agent a"]
+    for _ in range(3000):
+        spans = []
+        for number in range(1, rng.randint(2, 7)):
+            attributes = {key: rng.choice(_ODD_VALUES) for key in rng.sample(_ODD_KEYS, 4)}
+            attributes["gen_ai.operation.name"] = rng.choice(kinds)
+            if rng.random() < 0.3:
+                attributes["openinference.span.kind"] = rng.choice(["AGENT", "TOOL", "LLM", "CHAIN"])
+            made = span(number, rng.randint(1, number - 1) if number > 1 else None,
+                        rng.choice(names), attributes)  # fmt: skip
+            made.start_ns, made.end_ns = rng.randint(1, 99), rng.choice([0, rng.randint(100, 200)])
+            made.status_code = rng.choice([0, 2])
+            made.events = [decode.Event("gen_ai.choice", 0, {"tool_calls": rng.choice(_ODD_VALUES)})]
+            spans.append(made)
+        assert mapping.map_trace(spans) == mapping.map_trace(spans[::-1])
+
+
+def test_a_trace_without_model_spans_counts_what_its_agent_span_sums_up() -> None:
+    """The Claude Agent SDK's instrumentor makes no model spans: the run's tokens and
+    model are on its agent span, and become one model call. Where model spans exist, an
+    agent span's totals are never counted again (pydantic-ai: 4 calls, 460 tokens)."""
+    [run] = runs_of("claudeagentsdk_loop")
+    [call] = run.calls
+    assert (call.provider, call.model, call.input_tokens) == ("anthropic", "claude-fake-model", 460)
+    [pydantic] = runs_of("pydanticai_loop")
+    assert len(pydantic.calls) == 4 and sum(c.input_tokens for c in pydantic.calls) == 460

@@ -40,6 +40,7 @@ STEP_LIMITS = (
     "maxturnsexceeded", "max turns", "max_turns", "graphrecursionerror", "recursion limit",
     "maxstepserror", "max steps", "max_steps", "usagelimitexceeded",
     "not able to resolve the task in",  # BeeAI's AgentError at its max_iterations
+    "maximum number of turns",  # the Claude Agent SDK's ResultError at its max_turns
 )  # fmt: skip
 
 

@@ -132,6 +132,8 @@ def map_trace(spans: list[Span], memo: Memo | None = None) -> list[MappedRun]:
     runs = _run_spans(unique, roles)
     # A trace without any tool span: its steps are the calls its models asked for.
     asked = not any(role in (c.TOOL, c.RETRIEVER) for role in roles.values())
+    # One without any model span: a run's model use is what its agent span sums up.
+    summed = not any(role == c.MODEL for role in roles.values())
     trace_id = next(iter(unique.values())).trace_id
     roots = sorted((s for s in unique.values() if s.parent_span_id is None), key=_start)
     # A trace without agent spans is one run, from its root.
@@ -182,6 +184,8 @@ def map_trace(spans: list[Span], memo: Memo | None = None) -> list[MappedRun]:
         if asked:
             run.steps = _asked_steps(calls)
         run.calls = [_call(span, memo) for span in calls]
+        if summed and not run.provisional:
+            run.calls = _summed_call(unique[key])
         _link_calls(run)
         run.loop_step_index = _loop_began(run.steps)
         if not run.provisional:
@@ -502,6 +506,33 @@ def _new_call(span: Span) -> MappedCall:
         input_messages=prompt,
         output_messages=response,
     )
+
+
+def _summed_call(span: Span) -> list[MappedCall]:
+    """The model use an agent span sums up, as one model call, for a trace with no
+    model span (the Claude Agent SDK's OpenInference instrumentor puts the run's
+    tokens and model on its agent span only). Where model spans exist they are the
+    calls, and an agent span's totals (pydantic-ai's, Strands', smolagents') are never
+    counted again."""
+    details = c.model_call(span)
+    if not details["input_tokens"] and not details["output_tokens"]:
+        return []
+    return [
+        MappedCall(
+            span_id=span.span_id,
+            provider=details["provider"],
+            model=details["model"],
+            input_tokens=details["input_tokens"],
+            output_tokens=details["output_tokens"],
+            cache_read_tokens=details["cache_read_tokens"],
+            reasoning_tokens=details["reasoning_tokens"],
+            latency_ms=None,  # (the run's length, not a model call's)
+            status="ok",
+            error=None,
+            started_ns=span.start_ns,
+            finish_reasons=details["finish_reasons"],
+        )
+    ]
 
 
 def _link_calls(run: MappedRun) -> None:

@@ -63,7 +63,8 @@ def _from_parts(messages: Any) -> list[Call]:
     for message in messages if isinstance(messages, list) else []:
         if not isinstance(message, dict) or message.get("role") not in (None, "assistant"):
             continue
-        for part in message.get("parts") or []:
+        parts = message.get("parts")
+        for part in parts if isinstance(parts, list) else []:
             if isinstance(part, dict) and part.get("type") == "tool_call" and part.get("name"):
                 calls.append((str(part["name"]), part.get("arguments")))
     return calls

@@ -32,7 +32,8 @@ NESTED = ["pydanticai_nested", "pydanticai_openinference_nested", "langgraph_gen
 OTHER_LOOPS = [("dspy_loop", "ReAct", "search"), ("haystack_loop", "Agent", "get_weather"),
                ("beeai_loop", "assistant", "get_weather"),
                ("semantickernel_loop", "weather_agent", "WeatherPlugin-get_weather"),
-               ("claudeagentsdk_loop", "ClaudeAgentSDK.query", "mcp__weather__get_weather")]  # fmt: skip
+               ("claudeagentsdk_loop", "ClaudeAgentSDK.query",
+                "mcp__weather__get_weather")]  # fmt: skip
 
 
 def runs_of(name: str, spans: list | None = None) -> list[mapping.MappedRun]:
@@ -568,6 +569,9 @@ _ODD_KEYS = [
 ]  # fmt: skip
 
 
+OPENINFERENCE_KINDS = ["AGENT", "TOOL", "LLM", "CHAIN"]
+
+
 def test_odd_attribute_values_never_break_the_mapping_nor_make_it_order_dependent() -> None:
     """Attributes are whatever a client sends: of any type, JSON or not, where the
     conventions expect messages, reasons or names. (A model span whose message parts
@@ -581,12 +585,13 @@ def test_odd_attribute_values_never_break_the_mapping_nor_make_it_order_dependen
             attributes = {key: rng.choice(_ODD_VALUES) for key in rng.sample(_ODD_KEYS, 4)}
             attributes["gen_ai.operation.name"] = rng.choice(kinds)
             if rng.random() < 0.3:
-                attributes["openinference.span.kind"] = rng.choice(["AGENT", "TOOL", "LLM", "CHAIN"])
+                attributes["openinference.span.kind"] = rng.choice(OPENINFERENCE_KINDS)
             made = span(number, rng.randint(1, number - 1) if number > 1 else None,
                         rng.choice(names), attributes)  # fmt: skip
             made.start_ns, made.end_ns = rng.randint(1, 99), rng.choice([0, rng.randint(100, 200)])
             made.status_code = rng.choice([0, 2])
-            made.events = [decode.Event("gen_ai.choice", 0, {"tool_calls": rng.choice(_ODD_VALUES)})]
+            choice = {"tool_calls": rng.choice(_ODD_VALUES)}
+            made.events = [decode.Event("gen_ai.choice", 0, choice)]
             spans.append(made)
         assert mapping.map_trace(spans) == mapping.map_trace(spans[::-1])
 

@@ -20,14 +20,14 @@ LOOPS = [
     "smolagents_loop", "strands_loop", "strands_latest_loop", "googleadk_loop",
     "googleadk_legacy_loop", "pydanticai_openinference_loop", "langgraph_genai_loop",
     "openaiagents_genai_loop", "agentframework_loop", "openaiagents_v2_loop",
-    "openaiagents_v2_chatcompletions",
+    "openaiagents_v2_chatcompletions", "vercelai_loop", "vercelai_stream", "vercelai_agent",
 ]  # fmt: skip
 NESTED = ["pydanticai_nested", "pydanticai_openinference_nested", "langgraph_genai_nested",
           "strands_nested", "strands_latest_nested", "smolagents_nested",
           "openaiagents_agent_as_tool", "openaiagents_genai_agent_as_tool",
           "agentframework_nested", "semantickernel_nested", "dspy_nested", "haystack_nested",
           "beeai_nested", "openaiagents_v2_agent_as_tool", "claudeagentsdk_nested",
-          "claudeagentsdk_nested_background"]  # fmt: skip
+          "claudeagentsdk_nested_background", "vercelai_nested"]  # fmt: skip
 # Frameworks whose loops are not get_weather in a "weather_agent": (fixture, agent, tool).
 OTHER_LOOPS = [("dspy_loop", "ReAct", "search"), ("haystack_loop", "Agent", "get_weather"),
                ("beeai_loop", "assistant", "get_weather"),
@@ -187,6 +187,8 @@ def test_a_nested_agent_is_a_child_run(name: str) -> None:
         ("openaiagents_v2_max_turns", "max_steps_reached", False),
         ("claudeagentsdk_tool_error", "clean", True),
         ("claudeagentsdk_max_turns", "max_steps_reached", False),  # "maximum number of turns"
+        ("vercelai_tool_error", "clean", True),
+        ("vercelai_step_limit", "max_steps_reached", False),  # stopWhen: stepCountIs(2)
     ],
 )
 def test_errors_and_step_limits(name: str, reason: str, step_failed: bool) -> None:
@@ -605,3 +607,12 @@ def test_a_trace_without_model_spans_counts_what_its_agent_span_sums_up() -> Non
     assert (call.provider, call.model, call.input_tokens) == ("anthropic", "claude-fake-model", 460)
     [pydantic] = runs_of("pydanticai_loop")
     assert len(pydantic.calls) == 4 and sum(c.input_tokens for c in pydantic.calls) == 460
+
+
+def test_a_vercel_ai_run_that_paused_for_a_client_side_tool_is_no_step_limit() -> None:
+    """A generateText whose last model call asked for a tool with no execute function
+    ends on "tool-calls" too, but ran no tool after it: clean, not a step limit."""
+    spans = decode.from_json((FIXTURES / "vercelai_step_limit.json").read_bytes())
+    last_tool = max((s for s in spans if s.name == "ai.toolCall"), key=lambda s: s.start_ns)
+    [run] = mapping.map_trace([s for s in spans if s is not last_tool])
+    assert run.termination_reason == "clean" and len(run.steps) == 1

@@ -76,3 +76,6 @@ py=$(env_for openaiagents-v2 openai-agents==0.24.0 openai==3.57.0 \
 py=$(env_for claude-agent-sdk claude-agent-sdk==0.2.184 \
     openinference-instrumentation-claude-agent-sdk==0.1.22 $otel)
 "$py" claude_agent_sdk.py
+# Vercel AI SDK (JavaScript): npm, with the versions in vercel_ai/package-lock.json; node_modules
+# stays in that folder (git-ignored).
+(cd "$here/vercel_ai" && npm ci --no-audit --no-fund && node capture.mjs)

@@ -30,6 +30,18 @@ CHAIN_AGENTS = frozenset((
     "ReAct.forward", "ReAct.aforward", "CodeAct.forward", "CodeAct.aforward",
     "Agent.run", "Agent.run_async",
 ))  # fmt: skip
+# The Vercel AI SDK's own spans (``ai`` 3–6, its experimental_telemetry), by their
+# ai.operationId: a generateText or streamText call is a run (its tool loop), each
+# request to the model in it a model call, each tool it runs a step. (``ai`` 7 sends
+# GenAI spans instead.)
+AI_SDK_RUNS = frozenset(
+    ("ai.generateText", "ai.streamText", "ai.generateObject", "ai.streamObject")
+)
+AI_SDK_MODEL_CALLS = frozenset((
+    "ai.generateText.doGenerate", "ai.streamText.doStream", "ai.generateObject.doGenerate",
+    "ai.streamObject.doStream", "ai.embed.doEmbed", "ai.embedMany.doEmbed",
+))  # fmt: skip
+AI_SDK_TOOL = "ai.toolCall"
 # A run's own output saying a step limit stopped it (Haystack's Agent: exit_reason).
 LIMIT_EXITS = ("max_agent_steps", "max_steps", "max_iterations", "max_turns")
 # LlamaIndex (OpenInference) gives every method of an LLM class a span of kind LLM, this
@@ -62,6 +74,13 @@ def role(span: Span) -> str:
     attributes = span.attributes
     operation = attributes.get("gen_ai.operation.name")
     openinference = str(attributes.get("openinference.span.kind") or "").upper()
+    if operation is None and "ai.operationId" in attributes:
+        ai_sdk = attributes["ai.operationId"]
+        if ai_sdk in AI_SDK_RUNS:
+            return AGENT
+        if ai_sdk == AI_SDK_TOOL:
+            return TOOL
+        return MODEL if ai_sdk in AI_SDK_MODEL_CALLS else OTHER
     if "metadata.path" in attributes and "metadata.class_name" not in attributes:
         # BeeAI's event spans ("final_answer", "error"…) inherit the kind of the agent
         # or tool that emitted them; only that agent's or tool's own span names a class.
@@ -101,7 +120,9 @@ def _first(attributes: dict[str, Any], *names: str) -> Any:
 
 def agent_name(span: Span) -> str | None:
     """The agent's own name, when the span gives one (a workflow span may not)."""
-    name = _first(span.attributes, "gen_ai.agent.name", "agent.name", "agent_name")
+    name = _first(
+        span.attributes, "gen_ai.agent.name", "agent.name", "agent_name", "ai.telemetry.functionId"
+    )
     if name is None and str(span.attributes.get("traceloop.span.kind")) == "agent":
         name = _first(span.attributes, "traceloop.entity.name")
     if name is None and span.name.startswith("invoke_agent "):
@@ -140,7 +161,10 @@ _TOOL_METHODS = (".tool", ".__call__", ".acall")
 
 
 def tool_name(span: Span) -> str:
-    name = _first(span.attributes, "gen_ai.tool.name", "tool.name", "traceloop.entity.name")
+    name = _first(
+        span.attributes,
+        "gen_ai.tool.name", "tool.name", "traceloop.entity.name", "ai.toolCall.name",
+    )  # fmt: skip
     if name is None:
         name = span.name.removeprefix("execute_tool ")
         for method in _TOOL_METHODS:
@@ -180,6 +204,7 @@ def tool_input(span: Span) -> bytes | None:
     raw = _first(
         attributes,
         "gen_ai.tool.call.arguments", "input.value", "traceloop.entity.input", "tool.arguments",
+        "ai.toolCall.args",
     )  # fmt: skip
     if raw is None:
         raw = _event_attribute(span, "gen_ai.tool.message", "content", "arguments")
@@ -207,8 +232,9 @@ def arguments_json(raw: Any) -> bytes | None:
 
 def tool_output(span: Span) -> bytes | None:
     raw = _first(
-        span.attributes, "gen_ai.tool.call.result", "output.value", "traceloop.entity.output"
-    )
+        span.attributes, "gen_ai.tool.call.result", "output.value", "traceloop.entity.output",
+        "ai.toolCall.result",
+    )  # fmt: skip
     if raw is None:
         raw = _event_attribute(span, "gen_ai.choice", "message", "content")
     if raw is None:
@@ -289,10 +315,12 @@ def as_json(raw: Any) -> bytes | None:
     return canonical_json(raw).encode()
 
 
-RUN_INPUTS = ("gen_ai.input.messages", "input.value", "traceloop.entity.input", "gen_ai.prompt")
+RUN_INPUTS = (
+    "gen_ai.input.messages", "input.value", "traceloop.entity.input", "gen_ai.prompt", "ai.prompt",
+)  # fmt: skip
 RUN_OUTPUTS = (
     "gen_ai.output.messages", "output.value", "traceloop.entity.output", "final_result",
-    "gen_ai.completion",
+    "gen_ai.completion", "ai.response.text",
 )  # fmt: skip
 # What is read into a run's own fields, or is bulky content: not repeated in metadata.
 _NOT_METADATA = (

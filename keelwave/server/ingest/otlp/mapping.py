@@ -535,6 +535,18 @@ def _summed_call(span: Span) -> list[MappedCall]:
     ]
 
 
+def _cut_off_after_tools(span: Span, unique: dict[bytes, Span]) -> bool:
+    """A Vercel AI SDK run stopped by its step limit (``stopWhen``) ends on a step whose
+    tools ran, their results never shown to the model: its finish reason is still
+    ``tool-calls``, and the last thing it started was a tool call. (One that paused for
+    a tool the client runs itself ends on the model call that asked for it.)"""
+    if span.attributes.get("ai.response.finishReason") != "tool-calls":
+        return False
+    children = [s for s in unique.values() if s.parent_span_id == span.span_id]
+    last = max(children, key=_start, default=None)
+    return last is not None and c.role(last) == c.TOOL
+
+
 def _link_calls(run: MappedRun) -> None:
     """Each call's step: the first tool call that started after the model call began
     and before the next model call did (the call that asked for it)."""
@@ -578,7 +590,11 @@ def _finish(run: MappedRun, span: Span, unique: dict[bytes, Span]) -> None:
         if s.parent_span_id == span.span_id and c.role(s) in (c.AGENT, c.OTHER)
     ]
     kinds = [kind.lower() for failed in failures for kind in c.exception_types(failed)]
-    if any(limit in kind for kind in kinds for limit in c.STEP_LIMITS) or c.stopped_at_limit(span):
+    if (
+        any(limit in kind for kind in kinds for limit in c.STEP_LIMITS)
+        or c.stopped_at_limit(span)
+        or _cut_off_after_tools(span, unique)
+    ):
         run.termination_reason = "max_steps_reached"
     elif c.error(span):
         run.termination_reason = "error"

@@ -79,3 +79,5 @@ py=$(env_for claude-agent-sdk claude-agent-sdk==0.2.184 \
 # Vercel AI SDK (JavaScript): npm, with the versions in vercel_ai/package-lock.json; node_modules
 # stays in that folder (git-ignored).
 (cd "$here/vercel_ai" && npm ci --no-audit --no-fund && node capture.mjs)
+py=$(env_for openai-client openai==3.63.0 openinference-instrumentation-openai==0.1.66 $otel)
+"$py" openai_client.py

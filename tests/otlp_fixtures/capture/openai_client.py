@@ -1,0 +1,89 @@
+"""Capture an agent loop of one's own: only the OpenAI client is instrumented (no network).
+
+Run: python tests/otlp_fixtures/capture/openai_client.py
+Needs: openai openinference-instrumentation-openai opentelemetry-sdk
+       opentelemetry-exporter-otlp-proto-common
+
+No framework: the loop calls ``chat.completions.create`` with a tool, runs the tool
+calls the model asks for itself (no span for them) and answers. The model is the real
+OpenAI client over an ``httpx.MockTransport`` that answers in-process. OpenInference's
+OpenAI instrumentor makes one LLM span a call, with the tool calls of its answer.
+
+Scenarios:
+  handloop_root   the loop inside a plain span of the application's ("weather_agent")
+  handloop_agent  the loop inside a span marked as an agent (``gen_ai.operation.name``
+                  = ``invoke_agent``, ``gen_ai.agent.name`` = ``weather_agent``)
+In both the model asks for get_weather with the same arguments three times, then
+answers. (Without any enclosing span each call is a trace, and a run, of its own.)
+"""
+
+from __future__ import annotations
+
+try:  # openai 3 sends through httpx2
+    import httpx2 as httpx
+except ImportError:  # pragma: no cover
+    import httpx
+from _otlp import Capture
+from openai import OpenAI
+from openinference.instrumentation.openai import OpenAIInstrumentor
+
+cap = Capture("keelwave-capture-openai-client")
+OpenAIInstrumentor().instrument(tracer_provider=cap.provider)
+tracer = cap.provider.get_tracer("hand-written-agent")
+ARGUMENTS = '{"city": "Paris",  "unit": "celsius"}'
+TOOLS = [{"type": "function", "function": {
+    "name": "get_weather",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"},
+                                                    "unit": {"type": "string"}}},
+}}]  # fmt: skip
+
+
+class Model:
+    """Three turns asking for get_weather, then the answer; tokens by turn."""
+
+    def __init__(self) -> None:
+        self.turn = 0
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        n, self.turn = self.turn, self.turn + 1
+        if n < 3:
+            call = {"id": f"call_{n}", "type": "function",
+                    "function": {"name": "get_weather", "arguments": ARGUMENTS}}  # fmt: skip
+            message, finish = {"role": "assistant", "content": None, "tool_calls": [call]}, "tool_calls"
+        else:
+            message, finish = {"role": "assistant", "content": "It is 18 degrees in Paris."}, "stop"
+        return httpx.Response(200, json={
+            "id": f"chatcmpl-{n}", "object": "chat.completion", "created": 0, "model": "gpt-4o-mini",
+            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+            "usage": {"prompt_tokens": 100 + 10 * n, "completion_tokens": 20 + n,
+                      "total_tokens": 120 + 11 * n},
+        })  # fmt: skip
+
+
+def agent_loop() -> str:
+    client = OpenAI(api_key="fake", http_client=httpx.Client(transport=httpx.MockTransport(Model())))
+    messages: list[dict] = [{"role": "user", "content": "Weather in Paris?"}]
+    while True:
+        reply = client.chat.completions.create(
+            model="gpt-4o-mini", messages=messages, tools=TOOLS
+        ).choices[0].message
+        if not reply.tool_calls:
+            return reply.content or ""
+        messages.append(reply.model_dump(exclude_none=True))
+        for call in reply.tool_calls:
+            messages.append({"role": "tool", "tool_call_id": call.id, "content": "18 degrees"})
+
+
+def main() -> None:
+    with tracer.start_as_current_span("weather_agent"):
+        agent_loop()
+    cap.save("openai_client_handloop_root")
+    agent = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "weather_agent"}
+    with tracer.start_as_current_span("invoke_agent weather_agent", attributes=agent):
+        agent_loop()
+    cap.save("openai_client_handloop_agent")
+    cap.shutdown()
+
+
+if __name__ == "__main__":
+    main()

@@ -49,11 +49,14 @@ class Model:
         if n < 3:
             call = {"id": f"call_{n}", "type": "function",
                     "function": {"name": "get_weather", "arguments": ARGUMENTS}}  # fmt: skip
-            message, finish = {"role": "assistant", "content": None, "tool_calls": [call]}, "tool_calls"
+            message = {"role": "assistant", "content": None, "tool_calls": [call]}
+            finish = "tool_calls"
         else:
-            message, finish = {"role": "assistant", "content": "It is 18 degrees in Paris."}, "stop"
+            message = {"role": "assistant", "content": "It is 18 degrees in Paris."}
+            finish = "stop"
         return httpx.Response(200, json={
-            "id": f"chatcmpl-{n}", "object": "chat.completion", "created": 0, "model": "gpt-4o-mini",
+            "id": f"chatcmpl-{n}", "object": "chat.completion", "created": 0,
+            "model": "gpt-4o-mini",
             "choices": [{"index": 0, "message": message, "finish_reason": finish}],
             "usage": {"prompt_tokens": 100 + 10 * n, "completion_tokens": 20 + n,
                       "total_tokens": 120 + 11 * n},
@@ -61,12 +64,15 @@ class Model:
 
 
 def agent_loop() -> str:
-    client = OpenAI(api_key="fake", http_client=httpx.Client(transport=httpx.MockTransport(Model())))
+    transport = httpx.MockTransport(Model())
+    client = OpenAI(api_key="fake", http_client=httpx.Client(transport=transport))
     messages: list[dict] = [{"role": "user", "content": "Weather in Paris?"}]
     while True:
-        reply = client.chat.completions.create(
-            model="gpt-4o-mini", messages=messages, tools=TOOLS
-        ).choices[0].message
+        reply = (
+            client.chat.completions.create(model="gpt-4o-mini", messages=messages, tools=TOOLS)
+            .choices[0]
+            .message
+        )
         if not reply.tool_calls:
             return reply.content or ""
         messages.append(reply.model_dump(exclude_none=True))

@@ -16,6 +16,12 @@ middleware and telemetry layers (what its real clients are made of), answering f
 script: one step per call, a text answer or tool calls with the arguments as a JSON
 string. ``gen_ai.provider.name`` is ``fake-provider``.
 
+``python agent_framework.py openinference`` (in an environment with
+openinference-instrumentation-agent-framework) makes the loop, tool_error, nested and
+handoff scenarios as agentframework_openinference_<scenario>.json: the same spans given
+OpenInference's attributes by ``AgentFrameworkToOpenInferenceProcessor``, which runs
+before the exporter's processor.
+
 Scenarios (one fixture each, agentframework_<scenario>.json):
   loop          the tool is called three times with the same arguments, one call per
                 model turn, then the model answers
@@ -50,7 +56,20 @@ sys.path = [
     p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(os.path.abspath(__file__))
 ]
 
-cap = Capture("keelwave-capture-agentframework")
+MODE = sys.argv[1] if len(sys.argv) > 1 else "builtin"
+PREFIX = "agentframework" if MODE == "builtin" else f"agentframework_{MODE}"
+cap = Capture("keelwave-capture-agentframework" + ("" if MODE == "builtin" else f"-{MODE}"))
+if MODE == "openinference":
+    # The processor rewrites spans as they end: it must run before the exporter's.
+    from openinference.instrumentation.agent_framework import (
+        AgentFrameworkToOpenInferenceProcessor,
+    )
+
+    processors = cap.provider._active_span_processor
+    processors._span_processors = (
+        AgentFrameworkToOpenInferenceProcessor(),
+        *processors._span_processors,
+    )
 trace.set_tracer_provider(cap.provider)
 
 from agent_framework import (  # noqa: E402
@@ -290,17 +309,14 @@ async def model_error() -> None:
 
 
 async def main() -> None:
-    for scenario in (
-        loop,
-        tool_error,
-        tool_error_says_max_steps,
-        length,
-        nested,
-        handoff,
-        model_error,
-    ):
+    scenarios = (
+        (loop, tool_error, tool_error_says_max_steps, length, nested, handoff, model_error)
+        if MODE == "builtin"
+        else (loop, tool_error, nested, handoff)
+    )
+    for scenario in scenarios:
         await scenario()
-        cap.save(f"agentframework_{scenario.__name__}")
+        cap.save(f"{PREFIX}_{scenario.__name__}")
     cap.shutdown()
 
 

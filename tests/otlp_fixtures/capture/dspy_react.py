@@ -1,9 +1,11 @@
-"""Capture DSPy's ReAct agent through OpenInference (no network).
+"""Capture DSPy's ReAct agent through OpenInference or OpenTelemetry's own instrumentation
+(no network).
 
-Run: python tests/otlp_fixtures/capture/dspy_react.py
-Needs: dspy openinference-instrumentation-dspy opentelemetry-sdk
-       opentelemetry-exporter-otlp-proto-common
-Writes dspy_<scenario>.json.
+Run: python tests/otlp_fixtures/capture/dspy_react.py [openinference|genai]
+Needs: dspy opentelemetry-sdk opentelemetry-exporter-otlp-proto-common and
+       openinference-instrumentation-dspy (mode openinference, the default) or
+       opentelemetry-instrumentation-genai-dspy (mode genai; content capture on)
+Writes dspy_<scenario>.json (OpenInference) or dspy_genai_<scenario>.json.
 
 The agent is ``dspy.ReAct``: every iteration is one call of its ``react`` predictor
 (the model picks ``next_thought``, ``next_tool_name``, ``next_tool_args``), a tool
@@ -16,6 +18,11 @@ replaced by one that reports the fixed token counts (call *n* of the LM: input
 100 + 10n, output 20 + n), though this version of the instrumentation records no
 token counts. Each agent has its own LM, so *n* counts that agent's calls.
 
+OpenTelemetry's ``opentelemetry-instrumentation-genai-dspy`` wraps ``dspy.LM`` (not
+``BaseLM``, which ``DummyLM`` derives from), so in mode genai the model is a real
+``dspy.LM`` whose custom ``engine`` is the same counting engine over a ``DummyLM``'s
+answers (``cache=False``): every call goes through ``LM.__call__``.
+
 Scenarios (one fixture each):
   loop        search is called three times with the same arguments, then finish
   tool_error  the tool raises RuntimeError; ReAct turns the error into the
@@ -26,11 +33,26 @@ Scenarios (one fixture each):
 from __future__ import annotations
 
 import dataclasses
+import os
+import sys
 
 from _otlp import Capture
-from openinference.instrumentation.dspy import DSPyInstrumentor
 
-cap = Capture("keelwave-capture-dspy-openinference")
+INSTRUMENTATION = sys.argv[1] if len(sys.argv) > 1 else "openinference"
+if INSTRUMENTATION == "openinference":
+    from openinference.instrumentation.dspy import DSPyInstrumentor
+
+    PREFIX = "dspy"
+elif INSTRUMENTATION == "genai":
+    # The upstream GenAI instrumentation records content only when told to.
+    os.environ["OTEL_SEMCONV_STABILITY_OPT_IN"] = "gen_ai_latest_experimental"
+    os.environ["OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"] = "SPAN_ONLY"
+    from opentelemetry.instrumentation.genai.dspy import DSPyInstrumentor
+
+    PREFIX = "dspy_genai"
+else:
+    raise SystemExit(f"unknown instrumentation {INSTRUMENTATION!r}: openinference or genai")
+cap = Capture(f"keelwave-capture-dspy-{INSTRUMENTATION}")
 DSPyInstrumentor().instrument(tracer_provider=cap.provider)
 
 import dspy  # noqa: E402
@@ -64,6 +86,19 @@ class ScriptedLM(DummyLM):
         return f"ScriptedLM(model={self.model!r})"
 
 
+def make_lm(model: str, answers: list[dict]):
+    """The agent's LM: the ScriptedLM itself, or (mode genai) a dspy.LM over its engine."""
+    scripted = ScriptedLM(model, answers)
+    if INSTRUMENTATION != "genai":
+        return scripted
+    return dspy.LM(
+        model,
+        engine=scripted._engine_spec,
+        async_engine=scripted._async_engine_spec,
+        cache=False,
+    )
+
+
 def step(tool: str, args: dict, thought: str) -> dict:
     """One answer of ReAct's ``react`` predictor."""
     return {"next_thought": thought, "next_tool_name": tool, "next_tool_args": args}
@@ -93,7 +128,7 @@ def lookup(term: str) -> str:
 
 def ask_researcher(question: str) -> str:
     """Ask the research agent a question."""
-    inner_lm = ScriptedLM(
+    inner_lm = make_lm(
         "fake-inner-model",
         [
             step("lookup", {"term": "keel"}, "Look the term up."),
@@ -111,7 +146,7 @@ def ask_researcher(question: str) -> str:
 
 def main() -> None:
     loop_args = {"query": "weather paris"}
-    lm = ScriptedLM(
+    lm = make_lm(
         "fake-loop-model",
         [step("search", loop_args, "Search for the weather.")] * 3
         + [finish(), {"reasoning": "The search says so.", "answer": "18 degrees in Paris."}],
@@ -119,9 +154,9 @@ def main() -> None:
     agent = dspy.ReAct("question -> answer", tools=[search], max_iters=6)
     with dspy.context(lm=lm):
         print(agent(question="Weather in Paris?").answer)
-    cap.save("dspy_loop")
+    cap.save(f"{PREFIX}_loop")
 
-    lm = ScriptedLM(
+    lm = make_lm(
         "fake-error-model",
         [
             step("get_weather", {"city": "Paris"}, "Ask the weather service."),
@@ -132,9 +167,9 @@ def main() -> None:
     agent = dspy.ReAct("question -> answer", tools=[get_weather], max_iters=6)
     with dspy.context(lm=lm):
         print(agent(question="Weather in Paris?").answer)
-    cap.save("dspy_tool_error")
+    cap.save(f"{PREFIX}_tool_error")
 
-    lm = ScriptedLM(
+    lm = make_lm(
         "fake-outer-model",
         [
             step("ask_researcher", {"question": "What is a keel?"}, "Ask the researcher."),
@@ -145,7 +180,7 @@ def main() -> None:
     agent = dspy.ReAct("question -> answer", tools=[ask_researcher], max_iters=6)
     with dspy.context(lm=lm):
         print(agent(question="What is a keel?").answer)
-    cap.save("dspy_nested")
+    cap.save(f"{PREFIX}_nested")
     cap.shutdown()
 
 

@@ -20,6 +20,11 @@ content capture:
   ``gcp.vertex.agent.tool_call_args`` / ``gcp.vertex.agent.tool_response``, on by
   default: googleadk_legacy_<scenario>.json.
 
+``python google_adk.py openinference`` (run on its own, in an environment with
+openinference-instrumentation-google-adk) makes googleadk_openinference_<scenario>.json:
+``GoogleADKInstrumentor`` wraps the runner, agents, model calls and tool calls with its
+own spans and turns ADK's own tracers into pass-throughs (schema 2, ADK's defaults).
+
 Scenarios:
   loop        the tool is called three times with the same arguments, one call per
               model turn, then the model answers
@@ -55,7 +60,16 @@ from opentelemetry import trace  # noqa: E402
 
 cap = Capture(f"keelwave-capture-googleadk-{MODE}")
 trace.set_tracer_provider(cap.provider)
-PREFIX = {"v2": "googleadk", "nocontent": "googleadk_nocontent", "legacy": "googleadk_legacy"}[MODE]
+if MODE == "openinference":
+    from openinference.instrumentation.google_adk import GoogleADKInstrumentor
+
+    GoogleADKInstrumentor().instrument(tracer_provider=cap.provider)
+PREFIX = {
+    "v2": "googleadk",
+    "nocontent": "googleadk_nocontent",
+    "legacy": "googleadk_legacy",
+    "openinference": "googleadk_openinference",
+}[MODE]
 
 LOOP_ARGS = {"city": "Paris", "unit": "celsius"}
 SCRIPTS = {

@@ -1,9 +1,11 @@
-"""Capture LlamaIndex's FunctionAgent through OpenInference or OpenLLMetry (no network).
+"""Capture LlamaIndex's FunctionAgent through OpenInference, OpenLLMetry or OpenTelemetry's
+own GenAI instrumentation (no network).
 
-Run: python tests/otlp_fixtures/capture/llamaindex_agent.py {openinference|openllmetry}
+Run: python tests/otlp_fixtures/capture/llamaindex_agent.py {openinference|openllmetry|genai}
 Needs: llama-index-core opentelemetry-sdk opentelemetry-exporter-otlp-proto-common and
        openinference-instrumentation-llama-index, or opentelemetry-instrumentation-llamaindex
-       (which imports llama_index.llms: llama-index-llms-openai provides it)
+       (which imports llama_index.llms: llama-index-llms-openai provides it), or
+       opentelemetry-instrumentation-genai-llama-index (mode genai; content capture on)
 
 The model is a hand-written ``FunctionCallingLLM`` answering from a script by the
 number of tool results in the conversation, with the README's token counts; its
@@ -16,7 +18,8 @@ though it only builds the request; OpenLLMetry marks every span a ``task``, the 
 tool calls included (they carry ``tool.name`` and ``tool.arguments``), and keeps a
 tool's exception only as ``is_error`` in the output.
 
-Files: llamaindex_<scenario>.json (OpenInference), llamaindex_openllmetry_<scenario>.json.
+Files: llamaindex_<scenario>.json (OpenInference), llamaindex_openllmetry_<scenario>.json,
+llamaindex_genai_<scenario>.json.
 
 Scenarios:
   loop        the tool is called three times with the same arguments, one call per
@@ -28,6 +31,7 @@ Scenarios:
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 
 from _otlp import Capture
@@ -49,10 +53,21 @@ if INSTRUMENTATION == "openinference":
     from openinference.instrumentation.llama_index import LlamaIndexInstrumentor
 
     PREFIX = "llamaindex"
-else:
+elif INSTRUMENTATION == "openllmetry":
     from opentelemetry.instrumentation.llamaindex import LlamaIndexInstrumentor
 
     PREFIX = "llamaindex_openllmetry"
+elif INSTRUMENTATION == "genai":
+    # The upstream GenAI instrumentation records content only when told to.
+    os.environ["OTEL_SEMCONV_STABILITY_OPT_IN"] = "gen_ai_latest_experimental"
+    os.environ["OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"] = "SPAN_ONLY"
+    from opentelemetry.instrumentation.genai.llama_index import LlamaIndexInstrumentor
+
+    PREFIX = "llamaindex_genai"
+else:
+    raise SystemExit(
+        f"unknown instrumentation {INSTRUMENTATION!r}: openinference, openllmetry or genai"
+    )
 cap = Capture(f"keelwave-capture-llamaindex-{INSTRUMENTATION}")
 LlamaIndexInstrumentor().instrument(tracer_provider=cap.provider)
 

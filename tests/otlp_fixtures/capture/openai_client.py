@@ -1,13 +1,18 @@
 """Capture an agent loop of one's own: only the OpenAI client is instrumented (no network).
 
-Run: python tests/otlp_fixtures/capture/openai_client.py
-Needs: openai openinference-instrumentation-openai opentelemetry-sdk
-       opentelemetry-exporter-otlp-proto-common
+Run: python tests/otlp_fixtures/capture/openai_client.py [openinference|genai]
+Needs: openai opentelemetry-sdk opentelemetry-exporter-otlp-proto-common and
+       openinference-instrumentation-openai (mode openinference, the default) or
+       opentelemetry-instrumentation-genai-openai (mode genai: OpenTelemetry's own,
+       content capture on; it writes openai_client_genai_<scenario>.json)
 
 No framework: the loop calls ``chat.completions.create`` with a tool, runs the tool
 calls the model asks for itself (no span for them) and answers. The model is the real
 OpenAI client over an ``httpx.MockTransport`` that answers in-process. OpenInference's
 OpenAI instrumentor makes one LLM span a call, with the tool calls of its answer.
+OpenTelemetry's (mode genai) makes one ``chat <model>`` span (CLIENT) a call, with the
+answer in ``gen_ai.output.messages`` (tool-call arguments parsed into an object: the
+model's two spaces are gone).
 
 Scenarios:
   handloop_root   the loop inside a plain span of the application's ("weather_agent")
@@ -23,11 +28,28 @@ try:  # openai 3 sends through httpx2
     import httpx2 as httpx
 except ImportError:  # pragma: no cover
     import httpx
+import os
+import sys
+
 from _otlp import Capture
 from openai import OpenAI
-from openinference.instrumentation.openai import OpenAIInstrumentor
 
-cap = Capture("keelwave-capture-openai-client")
+INSTRUMENTATION = sys.argv[1] if len(sys.argv) > 1 else "openinference"
+if INSTRUMENTATION == "openinference":
+    from openinference.instrumentation.openai import OpenAIInstrumentor
+
+    cap = Capture("keelwave-capture-openai-client")
+    PREFIX = "openai_client"
+elif INSTRUMENTATION == "genai":
+    # The upstream GenAI instrumentation records content only when told to.
+    os.environ["OTEL_SEMCONV_STABILITY_OPT_IN"] = "gen_ai_latest_experimental"
+    os.environ["OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"] = "SPAN_ONLY"
+    from opentelemetry.instrumentation.genai.openai import OpenAIInstrumentor
+
+    cap = Capture("keelwave-capture-openai-client-genai")
+    PREFIX = "openai_client_genai"
+else:
+    raise SystemExit(f"unknown instrumentation {INSTRUMENTATION!r}: openinference or genai")
 OpenAIInstrumentor().instrument(tracer_provider=cap.provider)
 tracer = cap.provider.get_tracer("hand-written-agent")
 ARGUMENTS = '{"city": "Paris",  "unit": "celsius"}'
@@ -83,11 +105,11 @@ def agent_loop() -> str:
 def main() -> None:
     with tracer.start_as_current_span("weather_agent"):
         agent_loop()
-    cap.save("openai_client_handloop_root")
+    cap.save(f"{PREFIX}_handloop_root")
     agent = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "weather_agent"}
     with tracer.start_as_current_span("invoke_agent weather_agent", attributes=agent):
         agent_loop()
-    cap.save("openai_client_handloop_agent")
+    cap.save(f"{PREFIX}_handloop_agent")
     cap.shutdown()
 
 

@@ -81,3 +81,28 @@ py=$(env_for claude-agent-sdk claude-agent-sdk==0.2.184 \
 (cd "$here/vercel_ai" && npm ci --no-audit --no-fund && node capture.mjs)
 py=$(env_for openai-client openai==3.63.0 openinference-instrumentation-openai==0.1.66 $otel)
 "$py" openai_client.py
+py=$(env_for strands-openinference strands-agents==1.62.0 opentelemetry-sdk==1.45.1 \
+    opentelemetry-instrumentation-threading==0.66b1 opentelemetry-exporter-otlp-proto-common==1.45.2 \
+    openinference-instrumentation-strands-agents==0.1.12)
+"$py" strands_agents.py openinference
+py=$(env_for agentframework-openinference agent-framework-core==1.26.0 \
+    agent-framework-orchestrations==1.4.0 openinference-instrumentation-agent-framework==0.1.13 $otel)
+"$py" agent_framework.py openinference
+py=$(env_for googleadk-openinference google-adk==2.13.0 openinference-instrumentation-google-adk==1.0.5 \
+    opentelemetry-sdk==1.44.0 opentelemetry-exporter-otlp-proto-common==1.44.0)
+"$py" google_adk.py openinference
+py=$(env_for agno-openllmetry agno==3.1.10 opentelemetry-instrumentation-agno==0.62.4 $otel)
+"$py" agno_agent.py openllmetry
+py=$(env_for agno-genai agno==3.1.10 opentelemetry-instrumentation-genai-agno==1.3b0 $otel)
+"$py" agno_agent.py genai
+py=$(env_for openai-client-genai openai==3.63.0 opentelemetry-instrumentation-genai-openai==1.3b0 $otel)
+"$py" openai_client.py genai
+py=$(env_for dspy-genai dspy==3.4.1 opentelemetry-instrumentation-genai-dspy==1.3b0 $otel)
+"$py" dspy_react.py genai
+py=$(env_for llamaindex-genai llama-index-core==0.14.25 \
+    opentelemetry-instrumentation-genai-llama-index==1.3b0 $otel)
+"$py" llamaindex_agent.py genai
+py=$(env_for haystack-openllmetry haystack-ai==3.4.1 opentelemetry-instrumentation-haystack==0.62.4 $otel)
+"$py" haystack_agent.py openllmetry
+py=$(env_for ag2-openinference ag2==0.14.0 openinference-instrumentation-ag2==0.1.12 $otel)
+"$py" ag2_agents.py

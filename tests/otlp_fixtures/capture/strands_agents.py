@@ -13,6 +13,11 @@ Strands has two attribute dialects: the default, and the newer GenAI conventions
 chosen with OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental. Both are
 captured: strands_<scenario>.json and strands_latest_<scenario>.json.
 
+``python strands_agents.py openinference`` (run on its own, in an environment with
+openinference-instrumentation-strands-agents) makes strands_openinference_<scenario>.json:
+the default dialect's spans rewritten by OpenInference's
+``StrandsAgentsToOpenInferenceProcessor``, which runs before the exporter's processor.
+
 Scenarios:
   loop        the tool is called three times with the same arguments, one call per
               model turn, then the model answers
@@ -41,8 +46,19 @@ from strands import Agent, tool  # noqa: E402
 from strands.models.model import Model  # noqa: E402
 
 cap = Capture(f"keelwave-capture-strands-{DIALECT}")
+if DIALECT == "openinference":
+    # The processor mutates spans as they end: it must run before the exporter's.
+    from openinference.instrumentation.strands_agents import (
+        StrandsAgentsToOpenInferenceProcessor,
+    )
+
+    processors = cap.provider._active_span_processor
+    processors._span_processors = (
+        StrandsAgentsToOpenInferenceProcessor(),
+        *processors._span_processors,
+    )
 trace.set_tracer_provider(cap.provider)
-PREFIX = "strands" if DIALECT == "default" else "strands_latest"
+PREFIX = {"default": "strands", "latest": "strands_latest"}.get(DIALECT, f"strands_{DIALECT}")
 
 # What a model streams: the tool input as a JSON string (note the spacing).
 LOOP_ARGS = '{"city": "Paris",  "unit": "celsius"}'

@@ -13,6 +13,7 @@ the table.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import msgspec
@@ -89,6 +90,10 @@ def role(span: Span) -> str:
     metadata = _metadata(span) if "metadata" in attributes else {}
     if openinference == "CHAIN" and span.name in CHAIN_AGENTS:
         return AGENT
+    if traceloop == "workflow" and "agno.team.name" in attributes:
+        return AGENT  # an Agno team (OpenLLMetry): the run its members' runs hang off
+    if openinference == "AGENT" and "ag2.sender.name" in attributes:
+        return OTHER  # one agent's reply in an AG2 chat; the chat (initiate_chat) is the run
     if operation == "invoke_agent" or openinference == "AGENT" or traceloop == "agent":
         # LangGraph marks each run of its node named "agent" as an AGENT too; the
         # agent is the graph, whose span has no langgraph_step.
@@ -121,8 +126,11 @@ def _first(attributes: dict[str, Any], *names: str) -> Any:
 def agent_name(span: Span) -> str | None:
     """The agent's own name, when the span gives one (a workflow span may not)."""
     name = _first(
-        span.attributes, "gen_ai.agent.name", "agent.name", "agent_name", "ai.telemetry.functionId"
-    )
+        span.attributes,
+        # (an AG2 chat is named for the agent it was started with, not by whom: "user")
+        "ag2.recipient.name", "gen_ai.agent.name", "agent.name", "agent_name",
+        "ai.telemetry.functionId", "agno.team.name",
+    )  # fmt: skip
     if name is None and str(span.attributes.get("traceloop.span.kind")) == "agent":
         name = _first(span.attributes, "traceloop.entity.name")
     if name is None and span.name.startswith("invoke_agent "):
@@ -203,8 +211,8 @@ def tool_input(span: Span) -> bytes | None:
     attributes = span.attributes
     raw = _first(
         attributes,
-        "gen_ai.tool.call.arguments", "input.value", "traceloop.entity.input", "tool.arguments",
-        "ai.toolCall.args",
+        "gen_ai.tool.call.arguments", "tool_call.function.arguments", "input.value",
+        "traceloop.entity.input", "tool.arguments", "ai.toolCall.args",
     )  # fmt: skip
     if raw is None:
         raw = _event_attribute(span, "gen_ai.tool.message", "content", "arguments")
@@ -259,10 +267,27 @@ def _is_tool_call_result(value: Any) -> bool:
     return isinstance(value, dict) and {"tool_name", "tool_kwargs", "tool_output"} <= set(value)
 
 
+def step_error(span: Span) -> str | None:
+    """Why a tool call failed: what AG2 returned to the model (its span says only "tool
+    execution failed"), else the span's error, else a failure kept in its output."""
+    output = span.attributes.get("output.value")
+    if span.status_code == 2 and isinstance(output, str) and output.startswith("[false,"):
+        parsed = _parsed(output)  # (AG2: [success, {"content": what the model was told}])
+        if isinstance(parsed, list) and len(parsed) == 2 and isinstance(parsed[1], dict):
+            content = parsed[1].get("content")
+            if isinstance(content, str) and content:
+                return content
+    return error(span) or tool_failure(span)
+
+
 def tool_failure(span: Span) -> str | None:
     """A tool that failed without failing its span: LlamaIndex hands a tool's exception
-    to the model as an output marked ``is_error`` (OpenLLMetry keeps only that)."""
+    to the model as an output marked ``is_error`` (OpenLLMetry keeps only that); Agno
+    catches it into a FunctionExecutionResult, whose printed form OpenLLMetry keeps."""
     raw = span.attributes.get("traceloop.entity.output")
+    if isinstance(raw, str) and raw.startswith(_AGNO_FAILURE):
+        said = _AGNO_ERROR.search(raw)
+        return said.group(1) if said else "the tool failed"
     if not isinstance(raw, str) or '"is_error"' not in raw:  # (most outputs: no parse)
         return None
     parsed = _parsed(raw)
@@ -272,6 +297,9 @@ def tool_failure(span: Span) -> str | None:
     message = output.get("raw_output")
     return str(message) if message not in (None, "") else "the tool failed"
 
+
+_AGNO_FAILURE = "status='failure'"
+_AGNO_ERROR = re.compile(r"\berror='((?:[^'\\]|\\.)*)'")
 
 # Google ADK's own schema of before ADK 2 (ADK_TELEMETRY_SCHEMA_VERSION_OPT_IN=1): a tool
 # span's arguments and result as JSON strings. With content capture off it writes "{}"
@@ -392,6 +420,7 @@ def error(span: Span) -> str | None:
             return f"{kind}: {message}" if message else str(kind)
     if span.status_code == 2:
         kind = span.attributes.get("error.type")
+        kind = None if kind == "_OTHER" else kind  # (GenAI's "no better type known")
         if span.status_message:
             return f"{kind}: {span.status_message}" if kind else span.status_message
         return str(kind) if kind else "error"
@@ -465,7 +494,8 @@ def model_call(span: Span) -> dict[str, Any]:
     )
     provider = _first(a, "gen_ai.provider.name", "gen_ai.system", "llm.provider", "llm.system")
     return {
-        "provider": str(provider) if provider is not None else provider_of(model),
+        # (lowercased, as the conventions write them: OpenLLMetry's Haystack sends "OpenAI")
+        "provider": str(provider).lower() if provider is not None else provider_of(model),
         "model": model,
         "input_tokens": integer(
             a, "gen_ai.usage.input_tokens", "llm.token_count.prompt", "gen_ai.usage.prompt_tokens"

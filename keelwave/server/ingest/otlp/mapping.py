@@ -425,7 +425,7 @@ def _new_step(span: Span, role: str, index: int) -> MappedStep:
         tool_output=c.tool_output(span),
         started_ns=span.start_ns,
         duration_ms=_millis(span),
-        error=c.error(span) or c.tool_failure(span),
+        error=c.step_error(span),
         error_traceback=c.stacktrace(span),
         # NULL only when the span truly carries no arguments (as a step without a tool).
         fingerprint=fingerprint(name, arguments) if arguments is not None else None,
@@ -462,7 +462,7 @@ def _wrapping_step(span: Span, inner: Span, index: int) -> MappedStep:
     """The step of a tool span around another of the same call (_tool_wrappers): the
     outer's, failed if either failed. (Not remembered: the inner may arrive later.)"""
     step = _new_step(span, c.TOOL, index)
-    if step.error is None and (failure := c.error(inner) or c.tool_failure(inner)):
+    if step.error is None and (failure := c.step_error(inner)):
         step.error, step.error_traceback = failure, c.stacktrace(inner)
     return step
 

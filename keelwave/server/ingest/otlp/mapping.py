@@ -487,22 +487,15 @@ def _copy(call: MappedCall) -> MappedCall:
 
 
 def _new_call(span: Span) -> MappedCall:
-    details = c.model_call(span)
     failure = c.error(span)
     prompt, response = c.messages(span)
     return MappedCall(
         span_id=span.span_id,
-        provider=details["provider"],
-        model=details["model"],
-        input_tokens=details["input_tokens"],
-        output_tokens=details["output_tokens"],
-        cache_read_tokens=details["cache_read_tokens"],
-        reasoning_tokens=details["reasoning_tokens"],
+        **c.model_call(span),  # provider, model, tokens and finish reasons
         latency_ms=_millis(span),
         status="error" if failure else "ok",
         error=failure,
         started_ns=span.start_ns,
-        finish_reasons=details["finish_reasons"],
         input_messages=prompt,
         output_messages=response,
     )
@@ -517,22 +510,9 @@ def _summed_call(span: Span) -> list[MappedCall]:
     details = c.model_call(span)
     if not details["input_tokens"] and not details["output_tokens"]:
         return []
-    return [
-        MappedCall(
-            span_id=span.span_id,
-            provider=details["provider"],
-            model=details["model"],
-            input_tokens=details["input_tokens"],
-            output_tokens=details["output_tokens"],
-            cache_read_tokens=details["cache_read_tokens"],
-            reasoning_tokens=details["reasoning_tokens"],
-            latency_ms=None,  # (the run's length, not a model call's)
-            status="ok",
-            error=None,
-            started_ns=span.start_ns,
-            finish_reasons=details["finish_reasons"],
-        )
-    ]
+    # (no latency: the span's length is the run's, not a model call's)
+    return [MappedCall(span_id=span.span_id, **details, latency_ms=None, status="ok",
+                       error=None, started_ns=span.start_ns)]  # fmt: skip
 
 
 def _cut_off_after_tools(span: Span, unique: dict[bytes, Span]) -> bool:

@@ -58,6 +58,21 @@ def as_otlp_json(body: bytes) -> bytes:
     return json.dumps(document).encode()
 
 
+def test_protobufs_own_json_mapping_with_base64_ids_decodes_alike() -> None:
+    """``MessageToJson`` writes ids as base64 (protobuf's JSON mapping), not hex as
+    OTLP/JSON does; some senders use it. Both are read; the lengths tell them apart."""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
+
+    body = export()
+    request = ExportTraceServiceRequest()
+    request.ParseFromString(body)
+    assert decode.from_json(json.dumps(MessageToDict(request)).encode()) == decode.from_protobuf(
+        body
+    )
+
+
 def test_protobuf_and_json_decode_alike() -> None:
     body = export()
     from_protobuf = decode.from_protobuf(body)

@@ -232,15 +232,27 @@ def _list(item: dict, *names: str) -> list:
 
 
 def _hex(text: Any, name: str, size: int) -> bytes | None:
+    """An id as OTLP/JSON writes it: hex. Base64 is taken too, as protobuf's own JSON
+    mapping writes bytes (``MessageToJson``), which some senders use by mistake: the two
+    cannot be confused, their lengths differ (32 or 16 hex digits, 24 or 12 base64)."""
     if not text:
         return None
     try:
         raw = bytes.fromhex(text)
     except (TypeError, ValueError):
-        raise ValueError(f"{name} must be {2 * size} hex digits, got {text!r}") from None
-    if len(raw) != size:
+        raw = _base64(text)
+    if raw is None or len(raw) != size:
         raise ValueError(f"{name} must be {2 * size} hex digits, got {text!r}")
     return raw
+
+
+def _base64(text: Any) -> bytes | None:
+    if not isinstance(text, str):
+        return None
+    try:
+        return base64.b64decode(text, validate=True)
+    except ValueError:  # (binascii.Error is one)
+        return None
 
 
 def _json_attributes(pairs: Any) -> dict[str, Any]:

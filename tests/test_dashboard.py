@@ -422,3 +422,26 @@ def test_overview_shows_the_detected_loop_rate_and_findings(server, judged, page
     sync_api.expect(curl.locator("td").nth(2)).to_have_text("0.0%")
     sync_api.expect(curl.locator("td").nth(3)).to_have_text("100.0%")
     page.screenshot(path=SCREENS / "findings_overview.png", full_page=True)
+
+
+def test_run_page_of_a_run_sent_as_spans_says_the_loop_is_the_servers(server, keys, page) -> None:
+    """No agent reports anything for a run sent as OpenTelemetry spans: its loop flag is
+    the server's reading of the spans' fingerprints, and the page says so (not "agent +
+    server", as for an SDK's run the server agrees with)."""
+    from keelwave.server.ingest.otlp import decode, mapping
+
+    body = (Path(__file__).parent / "otlp_fixtures" / "agentframework_loop.json").read_bytes()
+    [run] = mapping.map_trace(decode.from_json(body))
+    answer = httpx.post(
+        f"{server.url}/v1/traces",
+        content=body,
+        headers={"Authorization": f"Bearer {keys['ingest']}", "Content-Type": "application/json"},
+    )
+    assert answer.status_code == 200, answer.text
+    sign_in(page, server, keys["read"])
+    sync_api.expect(page.get_by_role("heading", name="Overview")).to_be_visible()
+    page.goto(f"{server.url}/runs/{run.run_id}")
+    heading = page.get_by_role("heading", name="weather_agent")
+    sync_api.expect(heading).to_contain_text("server")
+    sync_api.expect(heading).not_to_contain_text("agent +")
+    sync_api.expect(page.locator(".facts")).to_contain_text("detected by the server")

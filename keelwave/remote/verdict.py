@@ -33,10 +33,20 @@ BADGE_LEGEND = "LOOP reported by the agent · LOOP* detected by the server only"
 WARNING_LEGEND = "≈ near-duplicate calls, ∅ no progress: warnings, not loops"
 
 
+def from_spans(run: dict) -> bool:
+    """Whether the run came as OpenTelemetry spans (its metadata names the trace): then
+    no agent reported anything, and its ``loop_detected`` is the server's own reading of
+    the spans' fingerprints. (Only a run's own page has its metadata.)"""
+    metadata = run.get("metadata")
+    return isinstance(metadata, dict) and "otel.trace_id" in metadata
+
+
 def source(run: dict) -> str | None:
-    """``"both"``, ``"agent"``, ``"server"``, or None when neither says the run loops."""
-    agent = bool(run.get("loop_detected"))
-    server = bool(run.get("detected_loop"))
+    """``"both"``, ``"agent"``, ``"server"``, or None when neither says the run loops.
+    (A run sent as spans has no agent's word: its loop_detected is the server's.)"""
+    spans = from_spans(run)
+    agent = bool(run.get("loop_detected")) and not spans
+    server = bool(run.get("detected_loop")) or (bool(run.get("loop_detected")) and spans)
     if agent and server:
         return "both"
     return "agent" if agent else "server" if server else None
@@ -56,19 +66,9 @@ def began_at(run: dict) -> int | None:
     return min(steps) if steps else None
 
 
-def from_spans(run: dict) -> bool:
-    """Whether the run came as OpenTelemetry spans (its metadata names the trace): then
-    no agent reported anything, and its ``loop_detected`` is the server's own reading of
-    the spans' fingerprints. (Only a run's own page has its metadata.)"""
-    metadata = run.get("metadata")
-    return isinstance(metadata, dict) and "otel.trace_id" in metadata
-
-
 def who(run: dict) -> str:
     """Who says the run loops, as the header's parenthesis: "detected by the server"."""
     agent_step, server_step = run.get("loop_step_index"), run.get("detected_loop_step_index")
-    if from_spans(run) and source(run) is not None:
-        return "detected by the server"
     match source(run):
         case "agent":
             return "reported by the agent"

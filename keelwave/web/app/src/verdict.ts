@@ -32,8 +32,10 @@ export function fromSpans(run: Verdict): boolean {
 
 export type Source = "both" | "agent" | "server" | null;
 
+// (A run sent as spans has no agent's word: its loop_detected is the server's.)
 export function source(run: Verdict): Source {
-  const agent = !!run.loop_detected, server = !!run.detected_loop;
+  const spans = fromSpans(run);
+  const agent = !!run.loop_detected && !spans, server = !!run.detected_loop || (!!run.loop_detected && spans);
   return agent && server ? "both" : agent ? "agent" : server ? "server" : null;
 }
 
@@ -51,7 +53,6 @@ export function beganAt(run: Verdict): number | null {
 // "detected by the server"; "reported by the agent at step 2; the server found it from step 1".
 export function who(run: Verdict): string {
   const agentStep = run.loop_step_index, serverStep = run.detected_loop_step_index;
-  if (fromSpans(run) && source(run) !== null) return "detected by the server";
   switch (source(run)) {
     case "agent": return "reported by the agent";
     case "server": return "detected by the server";

@@ -11,9 +11,11 @@ of it arrives.
   of its own that wraps exactly one agent (the OpenAI Agents SDK's "Agent
   workflow") is that agent's run, not a run around it. The nearest enclosing
   run is the parent run, except for the target of a handoff, whose parent is
-  the agent that handed off. A LangGraph graph invoked in a tool is a run (a
-  child of the tool's run). A trace with no agent span is one run, from its root
-  (if it has any tool or model span at all: other traces make no run).
+  the agent before it that shows the handoff (a span named for it, a
+  ``gen_ai.handoff.to_agent``, a model call asking for ``handoff_to_X``). A
+  LangGraph graph invoked in a tool is a run (a child of the tool's run). A
+  trace with no agent span is one run, from its root (if it has any tool or
+  model span at all: other traces make no run).
 - Spans arrive children first: a tool span whose ancestors have not all
   arrived yet belongs, for now, to a *provisional* run keyed by the nearest
   ancestor still missing, which is usually the agent span itself. The run
@@ -23,16 +25,21 @@ of it arrives.
   the run the complete trace gives them.
 - Its steps are the tool spans (and retrievals, as ``custom`` steps) whose
   nearest run is it (not those of a nested agent), ordered by start time
-  (then span id, for ties): steps 1…n.
+  (then span id, for ties): steps 1…n. In a trace with no tool span at all,
+  they are the tool calls its model calls asked for (requested.py).
 - Its model calls are the inference spans whose nearest run is it. Agent
-  spans that repeat their run's token totals are never counted. A call
+  spans that repeat their run's token totals are never counted, unless the
+  trace has no inference span at all: then an agent span's totals are its
+  run's one model call. A call
   belongs to the first step that started after it and before the next call:
   the tool call it produced.
 - Loops: ``loop_step_index`` is the step where the first repetition of a
   fingerprint began (its first occurrence), as the SDKs report it.
 - It is finished when its span has ended: ``error`` when the span failed (or,
   for a wrapper span that stays OK, when the agent inside it failed),
-  ``max_steps_reached`` for a framework's step-limit exception, else ``clean``.
+  ``max_steps_reached`` for a framework's step limit (an exception on the
+  agent's own spans, an ``exit_reason``, the Vercel AI SDK's ``stopWhen``),
+  ``context_limit`` when its last model call ran out of tokens, else ``clean``.
 """
 
 from __future__ import annotations

@@ -52,7 +52,7 @@ from typing import Any
 
 from keelwave.server.ingest.fingerprint import fingerprint
 from keelwave.server.ingest.otlp import conventions as c
-from keelwave.server.ingest.otlp import requested
+from keelwave.server.ingest.otlp import handoffs, requested
 from keelwave.server.ingest.otlp.decode import Span
 
 # Run ids are derived from trace and span ids, so every server computes the same.
@@ -166,13 +166,13 @@ def map_trace(spans: list[Span], memo: Memo | None = None) -> list[MappedRun]:
         if home is not None:
             members.setdefault(home, []).append(span)
 
-    handoffs = _handoffs(unique, roles, runs, owner) if len(runs) > 1 else []
+    said = handoffs.collect(unique, roles, runs, owner) if len(runs) > 1 else []
     mapped: dict[bytes, MappedRun] = {}
     for key in sorted(set(runs) | set(members)):
         span = unique.get(key)  # None for a provisional run
         parent = owner(span) if key in runs and span is not None else None
         if key in runs and span is not None:
-            parent = _handed_off_by(span, runs, unique, owner, handoffs) or _enclosing(
+            parent = handoffs.handed_off_by(span, runs, unique, owner, said) or _enclosing(
                 span, parent, unique
             )
         mapped[key] = _run(trace_id, key, span, runs.get(key), parent, members.get(key, []))
@@ -334,75 +334,6 @@ def _enclosing(span: Span, parent: bytes | None, unique: dict[bytes, Span]) -> b
     if above is not None and 0 < above.end_ns < span.start_ns:
         return None
     return parent
-
-
-def _handed_off_by(
-    span: Span,
-    runs: dict[bytes, str],
-    unique: dict[bytes, Span],
-    owner,
-    handoffs: list[tuple[str, bytes | None]],
-) -> bytes | None:
-    """The run that handed off to this agent: an agent that started before it, next to
-    it in the same enclosing run (handoffs make the agents siblings: under the OpenAI
-    Agents SDK's workflow span, Microsoft Agent Framework's workflow), and that shows
-    the handoff (``handoffs``); the latest such. Where OpenInference names the agent
-    before this one (``graph.node.parent_id``) only that one may be it: in a CrewAI
-    crew or an AutoGen round-robin chat that is only the previous speaker."""
-    if not handoffs:
-        return None
-    named = c.handed_off_by(span)
-    home = owner(span)
-    target = (runs.get(span.span_id) or span.name).lower()
-    candidates = sorted(
-        (
-            unique[key]
-            for key, agent in runs.items()
-            if key != span.span_id and unique[key].start_ns <= span.start_ns
-            and owner(unique[key]) == home and (named is None or agent == named)
-        ),
-        key=_start,
-        reverse=True,
-    )  # fmt: skip
-    for source in candidates[:1] if named is not None else candidates:
-        if any(target in said and run == source.span_id for said, run in handoffs):
-            return source.span_id
-    return None
-
-
-def _handoffs(
-    unique: dict[bytes, Span], roles: dict[bytes, str], runs: dict[bytes, str], owner
-) -> list[tuple[str, bytes | None]]:
-    """What the trace's spans say of handoffs, lowercased, with the run that said it:
-    a span named for one ("handoff to X", a "transfer_to_X" tool: OpenInference), the
-    GenAI ``gen_ai.handoff.to_agent`` (the OpenAI Agents SDK's v2 instrumentor's
-    ``agent_handoff`` span), a model call asking for a ``handoff_to_X`` or
-    ``transfer_to_X`` tool that no tool span runs (Microsoft Agent Framework)."""
-    said: list[tuple[str, bytes | None]] = []
-    for span_id, span in unique.items():
-        run = span_id if span_id in runs else owner(span)
-        name = span.name.lower()
-        if "handoff" in name or "transfer" in name:
-            said.append((name, run))
-        target = span.attributes.get("gen_ai.handoff.to_agent")
-        if target:
-            said.append((f"handoff to {str(target).lower()}", run))
-        if roles[span_id] == c.MODEL and _mentions_handoff(span):
-            said += [
-                (tool.lower(), run)
-                for tool, _ in requested.tool_calls(span)
-                if tool.lower().startswith(("handoff_to_", "transfer_to_"))
-            ]
-    return said
-
-
-def _mentions_handoff(span: Span) -> bool:
-    """A cheap look before reading a model call's response for a handoff."""
-    return any(
-        isinstance(value, str) and ("handoff_to_" in value or "transfer_to_" in value)
-        for key, value in span.attributes.items()
-        if "output" in key or "completion" in key
-    )
 
 
 def _millis(span: Span) -> float | None:

@@ -1,0 +1,91 @@
+"""Handoffs: which agent handed the work to which, where the trace shows it.
+
+A handoff does not nest the agent it goes to inside the one it comes from: the
+frameworks run both under a workflow span, as siblings (the OpenAI Agents SDK,
+Microsoft Agent Framework). What shows the handoff differs by instrumentation,
+and :func:`collect` gathers all of it for a trace: a span named for it
+(OpenInference's "handoff to X", a ``transfer_to_X`` tool), a span with
+``gen_ai.handoff.to_agent`` (the Agents SDK's v2 instrumentor), a model call asking
+for a ``handoff_to_X`` tool that no tool span runs (Agent Framework). mapping.py
+then makes the target a child of the agent before it that said so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from keelwave.server.ingest.otlp import conventions as c
+from keelwave.server.ingest.otlp import requested
+from keelwave.server.ingest.otlp.decode import Span
+
+Said = tuple[str, bytes | None]  # (what a span says of a handoff, lowercased; its run)
+Owner = Callable[[Span], bytes | None]  # the run a span belongs to (mapping.map_trace's)
+
+
+def handed_off_by(
+    span: Span,
+    runs: dict[bytes, str],
+    unique: dict[bytes, Span],
+    owner: Owner,
+    said: list[Said],
+) -> bytes | None:
+    """The run that handed off to this agent: an agent that started before it, next to
+    it in the same enclosing run (handoffs make the agents siblings: under the OpenAI
+    Agents SDK's workflow span, Microsoft Agent Framework's workflow), and that shows
+    the handoff (:func:`collect`); the latest such. Where OpenInference names the agent
+    before this one (``graph.node.parent_id``) only that one may be it: in a CrewAI
+    crew or an AutoGen round-robin chat that is only the previous speaker."""
+    if not said:
+        return None
+    named = c.handed_off_by(span)
+    home = owner(span)
+    target = (runs.get(span.span_id) or span.name).lower()
+    candidates = sorted(
+        (
+            unique[key]
+            for key, agent in runs.items()
+            if key != span.span_id and unique[key].start_ns <= span.start_ns
+            and owner(unique[key]) == home and (named is None or agent == named)
+        ),
+        key=lambda other: (other.start_ns, other.span_id),
+        reverse=True,
+    )  # fmt: skip
+    for source in candidates[:1] if named is not None else candidates:
+        if any(target in text and run == source.span_id for text, run in said):
+            return source.span_id
+    return None
+
+
+def collect(
+    unique: dict[bytes, Span], roles: dict[bytes, str], runs: dict[bytes, str], owner: Owner
+) -> list[Said]:
+    """What the trace's spans say of handoffs, lowercased, with the run that said it:
+    a span named for one ("handoff to X", a "transfer_to_X" tool: OpenInference), the
+    GenAI ``gen_ai.handoff.to_agent`` (the OpenAI Agents SDK's v2 instrumentor's
+    ``agent_handoff`` span), a model call asking for a ``handoff_to_X`` or
+    ``transfer_to_X`` tool that no tool span runs (Microsoft Agent Framework)."""
+    found: list[Said] = []
+    for span_id, span in unique.items():
+        run = span_id if span_id in runs else owner(span)
+        name = span.name.lower()
+        if "handoff" in name or "transfer" in name:
+            found.append((name, run))
+        target = span.attributes.get("gen_ai.handoff.to_agent")
+        if target:
+            found.append((f"handoff to {str(target).lower()}", run))
+        if roles[span_id] == c.MODEL and _mentions(span):
+            found += [
+                (tool.lower(), run)
+                for tool, _ in requested.tool_calls(span)
+                if tool.lower().startswith(("handoff_to_", "transfer_to_"))
+            ]
+    return found
+
+
+def _mentions(span: Span) -> bool:
+    """A cheap look before reading a model call's response for a handoff."""
+    return any(
+        isinstance(value, str) and ("handoff_to_" in value or "transfer_to_" in value)
+        for key, value in span.attributes.items()
+        if "output" in key or "completion" in key
+    )

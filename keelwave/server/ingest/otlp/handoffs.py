@@ -18,7 +18,8 @@ from keelwave.server.ingest.otlp import conventions as c
 from keelwave.server.ingest.otlp import requested
 from keelwave.server.ingest.otlp.decode import Span
 
-Said = tuple[str, bytes | None]  # (what a span says of a handoff, lowercased; its run)
+# What the spans of each run say of handoffs (lowercased), by the run's key.
+Said = dict[bytes | None, list[str]]
 Owner = Callable[[Span], bytes | None]  # the run a span belongs to (mapping.map_trace's)
 
 
@@ -27,7 +28,7 @@ def handed_off_by(
     runs: dict[bytes, str],
     unique: dict[bytes, Span],
     owner: Owner,
-    said: list[Said],
+    said: Said,
 ) -> bytes | None:
     """The run that handed off to this agent: an agent that started before it, next to
     it in the same enclosing run (handoffs make the agents siblings: under the OpenAI
@@ -44,41 +45,43 @@ def handed_off_by(
         (
             unique[key]
             for key, agent in runs.items()
-            if key != span.span_id and unique[key].start_ns <= span.start_ns
+            if key in said and key != span.span_id and unique[key].start_ns <= span.start_ns
             and owner(unique[key]) == home and (named is None or agent == named)
         ),
         key=lambda other: (other.start_ns, other.span_id),
         reverse=True,
     )  # fmt: skip
     for source in candidates[:1] if named is not None else candidates:
-        if any(target in text and run == source.span_id for text, run in said):
+        if any(target in text for text in said[source.span_id]):
             return source.span_id
     return None
 
 
 def collect(
     unique: dict[bytes, Span], roles: dict[bytes, str], runs: dict[bytes, str], owner: Owner
-) -> list[Said]:
+) -> Said:
     """What the trace's spans say of handoffs, lowercased, with the run that said it:
     a span named for one ("handoff to X", a "transfer_to_X" tool: OpenInference), the
     GenAI ``gen_ai.handoff.to_agent`` (the OpenAI Agents SDK's v2 instrumentor's
     ``agent_handoff`` span), a model call asking for a ``handoff_to_X`` or
     ``transfer_to_X`` tool that no tool span runs (Microsoft Agent Framework)."""
-    found: list[Said] = []
+    found: Said = {}
     for span_id, span in unique.items():
-        run = span_id if span_id in runs else owner(span)
+        texts = []
         name = span.name.lower()
         if "handoff" in name or "transfer" in name:
-            found.append((name, run))
+            texts.append(name)
         target = span.attributes.get("gen_ai.handoff.to_agent")
         if target:
-            found.append((f"handoff to {str(target).lower()}", run))
+            texts.append(f"handoff to {str(target).lower()}")
         if roles[span_id] == c.MODEL and _mentions(span):
-            found += [
-                (tool.lower(), run)
+            texts += [
+                tool.lower()
                 for tool, _ in requested.tool_calls(span)
                 if tool.lower().startswith(("handoff_to_", "transfer_to_"))
             ]
+        if texts:
+            found.setdefault(span_id if span_id in runs else owner(span), []).extend(texts)
     return found
 
 

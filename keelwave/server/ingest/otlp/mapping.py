@@ -166,7 +166,7 @@ def map_trace(spans: list[Span], memo: Memo | None = None) -> list[MappedRun]:
         if home is not None:
             members.setdefault(home, []).append(span)
 
-    said = handoffs.collect(unique, roles, runs, owner) if len(runs) > 1 else []
+    said = handoffs.collect(unique, roles, runs, owner) if len(runs) > 1 else {}
     mapped: dict[bytes, MappedRun] = {}
     for key in sorted(set(runs) | set(members)):
         span = unique.get(key)  # None for a provisional run

@@ -670,3 +670,45 @@ def test_model_calls_with_nothing_around_them_are_runs_of_their_own() -> None:
     runs = runs_of("haystack_openllmetry_loop")
     assert len(runs) == 4 and all(len(run.calls) == 1 and not run.steps for run in runs)
     assert {call.provider for run in runs for call in run.calls} == {"openai"}
+
+
+def test_a_chain_of_handoffs_makes_each_agent_the_child_of_the_one_before() -> None:
+    """Siblings under a nameless workflow span, each handing off to the next
+    (gen_ai.handoff.to_agent): each is the child of the one that handed off to it, not
+    of an earlier agent that handed off to someone else."""
+    workflow = span(1, None, "Agent workflow", {"gen_ai.operation.name": "invoke_agent"})
+    spans, number = [workflow], 2
+    for k in range(20):
+        agent = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": f"agent{k}"}
+        spans.append(span(number, 1, f"invoke_agent agent{k}", agent))
+        handoff = {
+            "gen_ai.operation.name": "agent_handoff",
+            "gen_ai.handoff.to_agent": f"agent{k + 1}",
+        }
+        spans.append(span(number + 1, number, "agent_handoff", handoff))
+        spans[-2].start_ns, spans[-1].start_ns = k * 100, k * 100 + 10
+        number += 2
+    runs = {run.agent_name: run for run in mapping.map_trace(spans)}
+    assert len(runs) == 20 and runs["agent0"].parent_run_id is None
+    assert all(
+        runs[f"agent{k}"].parent_run_id == runs[f"agent{k - 1}"].run_id for k in range(1, 20)
+    )
+
+
+def test_a_handoff_attribute_names_its_target_exactly() -> None:
+    """gen_ai.handoff.to_agent names one agent: "agent10" is not "agent1", though the
+    one holds the other. (A span's name that mentions a handoff is read loosely.)"""
+    workflow = span(1, None, "Agent workflow", {"gen_ai.operation.name": "invoke_agent"})
+    spans = [workflow]
+    for number, (name, target, start) in enumerate(
+        [("agent0", "agent1", 0), ("router", "agent10", 100), ("agent1", None, 200)], start=2
+    ):
+        agent = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": name}
+        spans.append(span(number * 10, 1, f"invoke_agent {name}", agent))
+        spans[-1].start_ns = start
+        if target:
+            handoff = {"gen_ai.operation.name": "agent_handoff", "gen_ai.handoff.to_agent": target}
+            spans.append(span(number * 10 + 1, number * 10, "agent_handoff", handoff))
+            spans[-1].start_ns = start + 10
+    runs = {run.agent_name: run for run in mapping.map_trace(spans)}
+    assert runs["agent1"].parent_run_id == runs["agent0"].run_id

@@ -18,8 +18,9 @@ from keelwave.server.ingest.otlp import conventions as c
 from keelwave.server.ingest.otlp import requested
 from keelwave.server.ingest.otlp.decode import Span
 
-# What the spans of each run say of handoffs (lowercased), by the run's key.
-Said = dict[bytes | None, list[str]]
+# What the spans of each run say of handoffs, by the run's key: (the agent a handoff
+# names exactly, or None; else a span's name that mentions one), lowercased.
+Said = dict[bytes | None, list[tuple[str | None, str]]]
 Owner = Callable[[Span], bytes | None]  # the run a span belongs to (mapping.map_trace's)
 
 
@@ -52,7 +53,10 @@ def handed_off_by(
         reverse=True,
     )  # fmt: skip
     for source in candidates[:1] if named is not None else candidates:
-        if any(target in text for text in said[source.span_id]):
+        if any(
+            exact == target if exact is not None else target in text
+            for exact, text in said[source.span_id]
+        ):
             return source.span_id
     return None
 
@@ -67,22 +71,25 @@ def collect(
     ``transfer_to_X`` tool that no tool span runs (Microsoft Agent Framework)."""
     found: Said = {}
     for span_id, span in unique.items():
-        texts = []
+        texts: list[tuple[str | None, str]] = []
         name = span.name.lower()
         if "handoff" in name or "transfer" in name:
-            texts.append(name)
+            texts.append((None, name))  # ("handoff to researcher", "transfer_to_billing")
         target = span.attributes.get("gen_ai.handoff.to_agent")
         if target:
-            texts.append(f"handoff to {str(target).lower()}")
+            texts.append((str(target).lower(), name))
         if roles[span_id] == c.MODEL and _mentions(span):
-            texts += [
-                tool.lower()
-                for tool, _ in requested.tool_calls(span)
-                if tool.lower().startswith(("handoff_to_", "transfer_to_"))
-            ]
+            for tool, _ in requested.tool_calls(span):
+                tool = tool.lower()
+                for prefix in _TOOL_PREFIXES:
+                    if tool.startswith(prefix):
+                        texts.append((tool.removeprefix(prefix), tool))
         if texts:
             found.setdefault(span_id if span_id in runs else owner(span), []).extend(texts)
     return found
+
+
+_TOOL_PREFIXES = ("handoff_to_", "transfer_to_")  # a handoff tool's name before its target's
 
 
 def _mentions(span: Span) -> bool:

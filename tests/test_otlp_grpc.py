@@ -542,3 +542,41 @@ def test_serve_on_a_busy_grpc_port_refuses_to_start(db_url: str) -> None:
     assert result.returncode == 1, result.stdout + result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and str(port) in lines[0] and "in use" in lines[0], result.stderr
+
+
+def test_a_grpc_stop_that_never_finishes_does_not_hang_the_shutdown(monkeypatch) -> None:
+    """grpc.aio's server.stop has been seen never to finish (a test's teardown hung on
+    it). The shutdown waits for it a bounded time and goes on; a stop that does not
+    even end when cancelled (asyncio.wait_for would wait for that) cannot hold it."""
+    import threading
+
+    from keelwave.server.ingest.otlp import grpc_service
+
+    class Stubborn:
+        def add_insecure_port(self, address: str) -> int:
+            return 4317
+
+        async def start(self) -> None:
+            pass
+
+        async def stop(self, grace: float | None) -> None:
+            while True:
+                try:
+                    await asyncio.sleep(3600)
+                except asyncio.CancelledError:
+                    continue
+
+    monkeypatch.setattr(grpc_service.grpc.aio, "server", lambda options: Stubborn())
+    monkeypatch.setattr(grpc_service, "_register", lambda service, server: None)
+    monkeypatch.setattr(grpc_service, "GRACE_SECONDS", 0.1)
+
+    async def serve_and_stop() -> None:
+        async with grpc_service.serving(None, "127.0.0.1", 4317, 1024):  # type: ignore[arg-type]
+            pass
+
+    loop = asyncio.new_event_loop()  # (never closed: the stubborn stop stays pending)
+    thread = threading.Thread(target=loop.run_until_complete, args=(serve_and_stop(),))
+    thread.daemon = True
+    thread.start()
+    thread.join(60)
+    assert not thread.is_alive(), "the shutdown waited for a stop that never finishes"

@@ -181,18 +181,21 @@ def map_trace(spans: list[Span], memo: Memo | None = None) -> list[MappedRun]:
         tools = sorted(
             (s for s in spans_of_run if roles[s.span_id] in (c.TOOL, c.RETRIEVER)), key=_start
         )
-        run.steps = [
-            _wrapping_step(span, wrapped[span.span_id], n)
-            if span.span_id in wrapped
-            else _step(span, roles[span.span_id], n, memo)
-            for n, span in enumerate(tools, start=1)
-        ]
         calls = sorted((s for s in spans_of_run if roles[s.span_id] == c.MODEL), key=_start)
-        if asked:
-            run.steps = _asked_steps(calls)
-        run.calls = [_call(span, memo) for span in calls]
-        if summed and not run.provisional:
-            run.calls = _summed_call(unique[key])
+        run.steps = (
+            _asked_steps(calls)
+            if asked
+            else [
+                _wrapping_step(span, wrapped[span.span_id], n)
+                if span.span_id in wrapped
+                else _step(span, roles[span.span_id], n, memo)
+                for n, span in enumerate(tools, start=1)
+            ]
+        )
+        if summed:  # (no model span in the trace: only the agent span can say)
+            run.calls = [] if run.provisional else _summed_call(unique[key])
+        else:
+            run.calls = [_call(span, memo) for span in calls]
         _link_calls(run)
         run.loop_step_index = _loop_began(run.steps)
         if not run.provisional:
@@ -453,14 +456,13 @@ def _summed_call(span: Span) -> list[MappedCall]:
                        error=None, started_ns=span.start_ns)]  # fmt: skip
 
 
-def _cut_off_after_tools(span: Span, unique: dict[bytes, Span]) -> bool:
+def _cut_off_after_tools(span: Span, children: list[Span]) -> bool:
     """A Vercel AI SDK run stopped by its step limit (``stopWhen``) ends on a step whose
     tools ran, their results never shown to the model: its finish reason is still
     ``tool-calls``, and the last thing it started was a tool call. (One that paused for
     a tool the client runs itself ends on the model call that asked for it.)"""
     if span.attributes.get("ai.response.finishReason") != "tool-calls":
         return False
-    children = [s for s in unique.values() if s.parent_span_id == span.span_id]
     last = max(children, key=_start, default=None)
     return last is not None and c.role(last) == c.TOOL
 
@@ -497,21 +499,17 @@ def _finish(run: MappedRun, span: Span, unique: dict[bytes, Span]) -> None:
     """Set the run's end: only once its own span has ended."""
     if not span.end_ns:
         return
-    failures = [span]
+    children = [s for s in unique.values() if s.parent_span_id == span.span_id]
     # A wrapper that stays OK while the agent inside it failed (OpenAI Agents SDK,
     # smolagents): look at the spans of the agent's own machinery right under it. Not
     # at its tool calls and model calls: a failed call the agent recovered from says
     # nothing about how the run ended, whatever its message says ("max steps").
-    failures += [
-        s
-        for s in unique.values()
-        if s.parent_span_id == span.span_id and c.role(s) in (c.AGENT, c.OTHER)
-    ]
+    failures = [span, *(s for s in children if c.role(s) in (c.AGENT, c.OTHER))]
     kinds = [kind.lower() for failed in failures for kind in c.exception_types(failed)]
     if (
         any(limit in kind for kind in kinds for limit in c.STEP_LIMITS)
         or c.stopped_at_limit(span)
-        or _cut_off_after_tools(span, unique)
+        or _cut_off_after_tools(span, children)
     ):
         run.termination_reason = "max_steps_reached"
     elif c.error(span):

@@ -440,6 +440,10 @@ def test_run_page_of_a_run_sent_as_spans_says_the_loop_is_the_servers(server, ke
     assert answer.status_code == 200, answer.text
     sign_in(page, server, keys["read"])
     sync_api.expect(page.get_by_role("heading", name="Overview")).to_be_visible()
+    # The runs list, whose rows have no metadata, says so too.
+    page.get_by_role("link", name="Runs").click()
+    row = page.locator("tr", has_text=str(run.run_id)[:8])
+    sync_api.expect(row.locator(".verdict .who")).to_have_text("server")
     page.goto(f"{server.url}/runs/{run.run_id}")
     heading = page.get_by_role("heading", name="weather_agent")
     sync_api.expect(heading).to_contain_text("server")

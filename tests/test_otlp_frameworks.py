@@ -247,6 +247,8 @@ def test_a_looping_agent_is_one_run_with_its_loop_at_the_right_steps(
     assert run["status"] == "finished" and run["termination_reason"] == "clean"
     assert run["parent_run_id"] is None and run["error"] is None
     assert run["loop_detected"] is True and run["loop_step_index"] == 1
+    # No agent reported that flag: the list row and the run's page say it came as spans.
+    assert run["from_spans"] is True and user.run(run["id"])["from_spans"] is True
     [loop] = user.loops(run["id"])
     assert loop["tool_name"] == "get_weather"
     assert loop["hits"] == 3 and loop["step_indices"] == [1, 2, 3]
@@ -381,17 +383,13 @@ def test_keelwave_runs_show_draws_the_frameworks_loop(server, exported, seen) ->
     for framework in ("pydantic_ai", "smolagents"):
         project = exported[framework, "one_export"].project
         run = seen[framework, "one_export"].one("weather_agent")
-        shown = keelwave(
-            "runs",
-            "show",
-            run["id"],
-            env={
-                "KEELWAVE_ENDPOINT": server.url,
-                "KEELWAVE_API_KEY": project.keys["read"],
-                "KEELWAVE_CONFIG": "/nonexistent/keelwave.json",
-                "COLUMNS": "120",
-            },
-        )
+        env = {
+            "KEELWAVE_ENDPOINT": server.url,
+            "KEELWAVE_API_KEY": project.keys["read"],
+            "KEELWAVE_CONFIG": "/nonexistent/keelwave.json",
+            "COLUMNS": "120",
+        }
+        shown = keelwave("runs", "show", run["id"], env=env)
         assert shown.returncode == 0, shown.stderr
         text = shown.stdout
         assert run["id"] in text and "weather_agent" in text
@@ -400,3 +398,8 @@ def test_keelwave_runs_show_draws_the_frameworks_loop(server, exported, seen) ->
         assert "yes, from step 1 (detected by the server)" in text
         assert "460 in · 86 out · 4 model calls" in text
         assert ("final_answer" in text) == (framework == "smolagents")
+        # The list says so too: LOOP* (the server's), not LOOP (an agent's report).
+        listed = keelwave("runs", "--agent", "weather_agent", env=env)
+        assert listed.returncode == 0, listed.stderr
+        [line] = [line for line in listed.stdout.splitlines() if run["id"][:8] in line]
+        assert "LOOP*" in line

@@ -122,6 +122,7 @@ async def test_timeline_interleaves_steps_model_calls_and_child_runs(api, projec
     assert child["termination_reason"] == "clean" and child["step_count"] == 1
     assert child["tags"] == ["sub"] and child["parent_run_id"] == nested["parent"]
     assert child["duration_ms"] == 2000 and child["child_count"] == 0
+    assert child["from_spans"] is False  # sent through the SDK's API, not as spans
 
 
 async def test_timeline_pages_add_up_to_the_whole(api, project, nested):
@@ -394,6 +395,7 @@ async def test_runs_rows_count_their_children(api, project, listed):
     assert rows[listed[1]["id"]]["child_count"] == 1
     assert rows[listed[1]["id"]]["parent_run_id"] == listed[0]["id"]
     assert rows[listed[4]["id"]]["child_count"] == 0
+    assert not any(row["from_spans"] for row in rows.values())
     status, detail = await read(api, project, f"/runs/{listed[0]['id']}")
     assert status == 200 and sorted(detail["data"]["child_runs"]) == sorted(
         [listed[1]["id"], listed[2]["id"]]

@@ -34,9 +34,12 @@ WARNING_LEGEND = "≈ near-duplicate calls, ∅ no progress: warnings, not loops
 
 
 def from_spans(run: dict) -> bool:
-    """Whether the run came as OpenTelemetry spans (its metadata names the trace): then
-    no agent reported anything, and its ``loop_detected`` is the server's own reading of
-    the spans' fingerprints. (Only a run's own page has its metadata.)"""
+    """Whether the run came as OpenTelemetry spans: then no agent reported anything, and
+    its ``loop_detected`` is the server's own reading of the spans' fingerprints. The
+    server says so in ``from_spans``; a server older than that field, only in the
+    metadata of a run's own page (it names the trace)."""
+    if "from_spans" in run:
+        return bool(run["from_spans"])
     metadata = run.get("metadata")
     return isinstance(metadata, dict) and "otel.trace_id" in metadata
 

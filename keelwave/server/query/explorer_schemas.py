@@ -65,6 +65,7 @@ class TimelineChildRun(Struct, kw_only=True, tag_field="kind", tag="child_run"):
     tags: list[str]
     last_activity_at: Time
     child_count: Count
+    from_spans: bool
 
 
 TimelineItem = TimelineStep | TimelineModelCall | TimelineChildRun

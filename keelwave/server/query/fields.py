@@ -26,6 +26,12 @@ RUN_FIELDS = """
        AND child.parent_run_id = agent_runs.id) AS child_count
 """
 
+# Whether a run came as OpenTelemetry spans: the mapping puts the trace's id in its
+# metadata (ingest/otlp/conventions.py). Then no agent reported its loop_detected; the
+# server set it from the fingerprints. Parsing the metadata is the cost: the runs list
+# selects it only for the rows of its page (run_list.py), not for every row it sorts.
+FROM_SPANS = "(metadata ->> 'otel.trace_id') IS NOT NULL AS from_spans"
+
 STEP_FIELDS = """
     step_index, step_type, tool_name, tool_input, tool_output, content,
     input_fingerprint, started_at, duration_ms, error, error_traceback

@@ -27,7 +27,7 @@ from keelwave.server.findings import KINDS as FINDING_KINDS
 from keelwave.server.http import appkeys, params
 from keelwave.server.http.operations import ApiRoutes, Param
 from keelwave.server.http.responses import respond
-from keelwave.server.query.fields import RUN_FIELDS
+from keelwave.server.query.fields import FROM_SPANS, RUN_FIELDS
 from keelwave.server.query.schemas import (
     RUN_STATUSES,
     FindingKind,
@@ -192,12 +192,14 @@ class Order:
         # started_at is its own tie-breaker.
         self.keys = ("started_at", "id") if sort == "started_at" else ("value", "started_at", "id")
 
-    def order_by(self) -> str:
+    def order_by(self, sort_value: str | None = None) -> str:
+        """The ORDER BY; ``sort_value``: the name the sort's value goes by, where the
+        rows are a subquery's."""
         way = self.direction.upper()
         if self.sort == "started_at":
             return f"started_at {way}, id {way}"
         nulls = " NULLS LAST" if self.nullable else ""
-        return f"{self.expression} {way}{nulls}, started_at {way}, id {way}"
+        return f"{sort_value or self.expression} {way}{nulls}, started_at {way}, id {way}"
 
     def after(self, cursor: list[str], args: dict[str, Any]) -> str:
         """The condition for rows after the cursor, whose values go into ``args``."""
@@ -252,9 +254,13 @@ async def list_runs(request: web.Request) -> web.Response:
     where = filters(request, args)
     if (cursor := params.decode_cursor(request, 4)) is not None:
         where.append(order.after(cursor, args))
+    # The page first, then each row's from_spans: PostgreSQL computes a select list
+    # before a sort, for every row it sorts, and this one parses the metadata.
     sql = (
-        f"SELECT {RUN_FIELDS}, {order.expression} AS sort_value FROM agent_runs "
+        f"SELECT page.*, {FROM_SPANS} FROM ("
+        f"SELECT {RUN_FIELDS}, metadata, {order.expression} AS sort_value FROM agent_runs "
         f"WHERE {' AND '.join(where)} ORDER BY {order.order_by()} LIMIT %(limit)s"
+        f") page ORDER BY {order.order_by('sort_value')}"
     )
     async with (
         request.app[appkeys.POOL].connection() as conn,
@@ -266,5 +272,5 @@ async def list_runs(request: web.Request) -> web.Response:
         rows = rows[:limit]
         next_cursor = order.cursor_of(rows[-1])
     for row in rows:
-        del row["sort_value"]
+        del row["sort_value"], row["metadata"]
     return respond(RunListResponse, {"data": rows, "next_cursor": next_cursor})

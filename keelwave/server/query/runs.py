@@ -15,7 +15,13 @@ from keelwave.server.http.errors import not_found
 from keelwave.server.http.operations import ApiRoutes, Param
 from keelwave.server.http.responses import respond
 from keelwave.server.query import comparison, cost, run_list, timeline
-from keelwave.server.query.fields import MODEL_CALL_FIELDS, RUN_FIELDS, STEP_FIELDS, step_json
+from keelwave.server.query.fields import (
+    FROM_SPANS,
+    MODEL_CALL_FIELDS,
+    RUN_FIELDS,
+    STEP_FIELDS,
+    step_json,
+)
 from keelwave.server.query.loops import LOOPS_SQL, RUN_EXISTS_SQL, loop_group
 from keelwave.server.query.plans import run_queries
 from keelwave.server.query.schemas import (
@@ -54,7 +60,8 @@ async def get_run(request: web.Request) -> web.Response:
     args = {"project": project_id, "run": run_id, "stall": params.stall_after(request)}
     async with run_queries(request) as queries:
         row = await queries.row(
-            f"SELECT {RUN_FIELDS}, error_traceback, input, output, metadata FROM agent_runs "
+            f"SELECT {RUN_FIELDS}, {FROM_SPANS}, error_traceback, input, output, metadata "
+            "FROM agent_runs "
             "WHERE project_id = %(project)s AND id = %(run)s",
             args,
             as_dicts=True,

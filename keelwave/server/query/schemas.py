@@ -108,6 +108,13 @@ class Run(Struct, kw_only=True):
     tags: list[str]
     last_activity_at: Time
     child_count: Annotated[int, Meta(ge=0, description="Runs whose parent_run_id is this run")]
+    from_spans: Annotated[
+        bool,
+        Meta(
+            description="The run came as OpenTelemetry spans (POST /v1/traces): no agent "
+            "reported loop_detected, the server set it from the stored fingerprints"
+        ),
+    ]
 
 
 Traceback = Annotated[

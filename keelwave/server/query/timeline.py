@@ -26,7 +26,13 @@ from keelwave.server.http.errors import not_found
 from keelwave.server.http.operations import ApiRoutes, Param
 from keelwave.server.http.responses import respond
 from keelwave.server.query.explorer_schemas import TimelineResponse
-from keelwave.server.query.fields import MODEL_CALL_FIELDS, RUN_FIELDS, STEP_FIELDS, step_json
+from keelwave.server.query.fields import (
+    FROM_SPANS,
+    MODEL_CALL_FIELDS,
+    RUN_FIELDS,
+    STEP_FIELDS,
+    step_json,
+)
 from keelwave.server.query.loops import RUN_EXISTS_SQL
 from keelwave.server.query.plans import run_queries
 
@@ -86,7 +92,7 @@ LIMIT %(limit)s
 """
 
 _CHILD_RUNS = f"""
-SELECT {RUN_FIELDS} FROM agent_runs
+SELECT {RUN_FIELDS}, {FROM_SPANS} FROM agent_runs
 WHERE project_id = %(project)s AND parent_run_id = %(run)s AND {{after}}
 ORDER BY started_at, id
 LIMIT %(limit)s

@@ -19,13 +19,15 @@ export type Finding = {
 export type Verdict = {
   loop_detected: boolean; loop_step_index: number | null;
   detected_loop?: boolean; detected_loop_step_index?: number | null; findings?: Kind[];
-  metadata?: unknown;
+  from_spans?: boolean; metadata?: unknown;
 };
 
-// A run that came as OpenTelemetry spans (its metadata names the trace): no agent reported
-// anything, and its loop_detected is the server's own reading of the spans' fingerprints.
-// (Only a run's own page has its metadata.) keelwave/remote/verdict.py's from_spans.
+// A run that came as OpenTelemetry spans: no agent reported anything, and its
+// loop_detected is the server's own reading of the spans' fingerprints. The server says so
+// in from_spans (older servers: only in a run's own metadata, which names the trace).
+// keelwave/remote/verdict.py's from_spans.
 export function fromSpans(run: Verdict): boolean {
+  if (run.from_spans !== undefined) return run.from_spans;
   const metadata = run.metadata;
   return typeof metadata === "object" && metadata !== null && "otel.trace_id" in metadata;
 }

@@ -24,7 +24,12 @@ LOOPS = [
     "openai_client_handloop_root", "openai_client_handloop_agent", "strands_openinference_loop",
     "agentframework_openinference_loop", "agno_openllmetry_loop", "agno_genai_loop",
     "openai_client_genai_handloop_root", "openai_client_genai_handloop_agent",
-    "llamaindex_genai_loop", "ag2_loop",
+    "llamaindex_genai_loop", "ag2_loop", "logfire_openaiagents_loop",
+    "logfire_openaiagents_loop_with_openai", "logfire_openaiagents_chatcompletions_with_openai",
+    "logfire_langgraph_loop", "logfire_openai_loop", "mlflow_openaiagents_loop",
+    "mlflow_handloop_loop", "mlflow_langgraph_loop", "mlflow_genai_handloop_loop",
+    "openlit_openaiagents_loop", "openlit_langgraph_loop", "openlit_crewai_loop", "crewai_loop",
+    "crewai_events_loop", "crewai_openllmetry_loop", "autogen_loop",
 ]  # fmt: skip
 NESTED = ["pydanticai_nested", "pydanticai_openinference_nested", "langgraph_genai_nested",
           "strands_nested", "strands_latest_nested", "smolagents_nested",
@@ -33,7 +38,13 @@ NESTED = ["pydanticai_nested", "pydanticai_openinference_nested", "langgraph_gen
           "beeai_nested", "openaiagents_v2_agent_as_tool", "claudeagentsdk_nested",
           "claudeagentsdk_nested_background", "vercelai_nested", "strands_openinference_nested",
           "agentframework_openinference_nested", "agno_openllmetry_nested",
-          "agno_genai_nested", "dspy_genai_nested"]  # fmt: skip
+          "agno_genai_nested", "dspy_genai_nested", "logfire_openaiagents_nested",
+          "logfire_langgraph_nested", "mlflow_openaiagents_nested", "mlflow_handloop_nested",
+          "mlflow_langgraph_nested", "mlflow_genai_handloop_nested",
+          "openlit_openaiagents_nested", "openlit_crewai_nested",
+          "openlit_langgraph_nested_agent_names", "crewai_events_nested",
+          "crewai_events_hierarchical", "crewai_openllmetry_nested",
+          "crewai_openllmetry_hierarchical", "autogen_nested", "autogen_native_nested"]  # fmt: skip
 # Frameworks whose loops are not get_weather in a "weather_agent": (fixture, agent, tool).
 OTHER_LOOPS = [("dspy_loop", "ReAct", "search"), ("haystack_loop", "Agent", "get_weather"),
                ("beeai_loop", "assistant", "get_weather"),
@@ -206,6 +217,28 @@ def test_a_nested_agent_is_a_child_run(name: str) -> None:
         ("dspy_genai_tool_error", "clean", True),
         ("llamaindex_genai_tool_error", "clean", True),
         ("ag2_tool_error", "clean", True),
+        ("logfire_openaiagents_tool_error", "clean", True),
+        ("logfire_openaiagents_tool_error_fatal", "error", True),
+        ("logfire_openaiagents_max_turns", "max_steps_reached", False),  # (its error attribute)
+        ("logfire_langgraph_tool_error", "error", True),
+        ("logfire_langgraph_tool_error_handled", "clean", True),
+        ("mlflow_openaiagents_tool_error", "clean", True),
+        ("mlflow_openaiagents_tool_error_fatal", "error", True),
+        ("mlflow_openaiagents_max_turns", "max_steps_reached", False),
+        ("mlflow_handloop_tool_error", "clean", True),
+        ("mlflow_handloop_tool_error_fatal", "error", True),
+        ("mlflow_langgraph_tool_error", "error", True),
+        ("openlit_openaiagents_tool_error", "clean", True),
+        ("openlit_openaiagents_max_turns", "max_steps_reached", False),
+        ("openlit_langgraph_tool_error", "error", True),
+        ("openlit_crewai_max_turns", "max_steps_reached", False),  # told to answer now
+        ("crewai_tool_error", "clean", True),
+        ("crewai_events_tool_error", "clean", True),
+        ("crewai_max_iter", "max_steps_reached", False),
+        ("crewai_events_max_iter", "max_steps_reached", False),
+        ("crewai_openllmetry_max_iter", "max_steps_reached", False),
+        ("autogen_tool_error", "clean", True),
+        ("autogen_native_tool_error", "clean", True),
     ],
 )
 def test_errors_and_step_limits(name: str, reason: str, step_failed: bool) -> None:
@@ -215,7 +248,8 @@ def test_errors_and_step_limits(name: str, reason: str, step_failed: bool) -> No
 
 
 HANDOFFS = ["openaiagents_handoff", "agentframework_handoff", "openaiagents_v2_handoff",
-            "agentframework_openinference_handoff"]  # fmt: skip
+            "agentframework_openinference_handoff", "logfire_openaiagents_handoff",
+            "mlflow_openaiagents_handoff", "autogen_handoff"]  # fmt: skip
 ORDERED = LOOPS + NESTED + HANDOFFS + [name for name, _, _ in OTHER_LOOPS]
 
 
@@ -548,7 +582,10 @@ def test_beeai_event_spans_are_neither_runs_nor_steps() -> None:
     ("name", "source", "target"),
     [("agentframework_handoff", "triage_agent", "refund_agent"),
      ("agentframework_openinference_handoff", "triage_agent", "refund_agent"),
-     ("openaiagents_v2_handoff", "triage_agent", "weather_specialist")],
+     ("openaiagents_v2_handoff", "triage_agent", "weather_specialist"),
+     ("logfire_openaiagents_handoff", "triage_agent", "weather_specialist"),
+     ("mlflow_openaiagents_handoff", "triage_agent", "weather_specialist"),
+     ("autogen_handoff", "triage_agent", "weather_agent")],
 )  # fmt: skip
 def test_a_handoff_makes_the_target_a_child_of_the_agent_that_handed_off(name, source, target):
     """Both run their agents as siblings (under Agent Framework's workflow, the Agents
@@ -712,3 +749,113 @@ def test_a_handoff_attribute_names_its_target_exactly() -> None:
             spans[-1].start_ns = start + 10
     runs = {run.agent_name: run for run in mapping.map_trace(spans)}
     assert runs["agent1"].parent_run_id == runs["agent0"].run_id
+
+
+# -- instrumentations with words of their own (dialects.py) ------------------------------
+
+DIALECTS = ["logfire_openaiagents_nested", "logfire_openaiagents_handoff",
+            "logfire_openaiagents_max_turns", "logfire_langgraph_nested",
+            "logfire_langgraph_tool_error", "mlflow_openaiagents_handoff",
+            "mlflow_langgraph_nested", "mlflow_openaiagents_loop"]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", DIALECTS)
+def test_dialects_are_rewritten_once_and_stored_as_rewritten(name: str) -> None:
+    """What is stored is the rewritten span: decoding it again (a later export of the
+    trace maps the stored spans) and rewriting it again change nothing."""
+    from keelwave.server.ingest.otlp import dialects, stored
+
+    kept = [
+        stored.kept(span) for span in decode.from_json((FIXTURES / f"{name}.json").read_bytes())
+    ]
+    again = [stored.decode(stored.encode_kept(span)) for span in kept]
+    assert dialects.rewrite(again) == kept
+    assert runs_of(name, again) == runs_of(name, kept)
+
+
+def test_mlflow_spans_by_their_span_type() -> None:
+    """MLflow Tracing JSON-encodes every value (a string keeps its quotes) and says
+    what a span is in mlflow.spanType; its Agents SDK runner span only wraps the runs."""
+    [run] = runs_of("mlflow_openaiagents_loop")
+    assert run.agent_name == "weather_agent" and run.parent_run_id is None
+    assert run.steps[0].tool_input == b'{"city": "Paris", "unit": "celsius"}'
+    assert run.steps[0].tool_output == b'"18 degrees celsius in Paris"'
+    # The SDK's Response span wraps the client's call (the one with the tokens): one call.
+    assert [(c.input_tokens, c.output_tokens) for c in run.calls] == [
+        (100, 20), (110, 21), (120, 22), (130, 23)
+    ]  # fmt: skip
+    [graph] = runs_of("mlflow_langgraph_loop")
+    assert {(c.provider, c.model) for c in graph.calls} == {("openai", "fake-loop-model")}
+
+
+def test_logfire_agents_spans_by_their_message_template() -> None:
+    """Logfire's OpenAI Agents spans are named by template ("Agent run: {name!r}"); the
+    agent's and tool's names are in ``name``, a failure in an ``error`` attribute."""
+    runs = {run.agent_name: run for run in runs_of("logfire_openaiagents_nested")}
+    assert set(runs) == {"orchestrator", "weather_expert"}
+    assert runs["orchestrator"].steps[0].tool_input == b'{"input":"Weather in Oslo?"}'
+    [limited] = runs_of("logfire_openaiagents_max_turns")
+    assert limited.error == "Max turns exceeded"
+    [failed] = runs_of("logfire_openaiagents_tool_error_fatal")
+    assert failed.error == (
+        "Error in agent run: Error running tool fetch_page: connection refused: "
+        "https://example.com/"
+    )
+
+
+def test_langsmith_spans_have_their_metadata_and_errors_read() -> None:
+    """LangSmith's OpenTelemetry mode flattens LangChain's metadata into
+    langsmith.metadata.*, and sends an error as repr + traceback in one message."""
+    [run] = runs_of("logfire_langgraph_tool_error")
+    assert run.agent_name == "fetch_agent"
+    assert run.error == "RuntimeError: connection refused: https://example.com/"
+    assert run.steps[0].error == run.error and run.steps[0].error_traceback
+    assert run.steps[0].tool_input == b'{"url":"https://example.com/"}'
+
+
+# -- OpenLIT, CrewAI, AutoGen (captured) --------------------------------------------------
+
+
+def test_openlit_spans_of_an_agents_work_are_not_agents_of_their_own() -> None:
+    """OpenLIT draws the OpenAI Agents SDK's task and turns, and each step of CrewAI's
+    agent executor, as invoke_agent spans naming no agent; and create_react_agent's
+    "agent" node as an invoke_agent of LangChain's (twice: LangGraph's scope too)."""
+    for name, agent, steps in (
+        ("openlit_openaiagents_loop", "weather_agent", 3),
+        ("openlit_crewai_loop", "weather_agent", 3),
+        ("openlit_langgraph_loop", "weather_agent", 3),
+    ):
+        [run] = runs_of(name)
+        assert (run.agent_name, len(run.steps), len(run.calls)) == (agent, steps, 4), name
+    # Graphs without "agent" in their names get no agent span from OpenLIT: one run,
+    # from the root, named for its workflow; the inner graph's steps are in it.
+    [run] = runs_of("openlit_langgraph_nested")
+    assert run.agent_name == "coordinator"
+    assert [step.tool_name for step in run.steps] == ["ask_researcher", "lookup"]
+
+
+def test_a_token_count_request_is_no_model_call() -> None:
+    """CrewAI asks OpenAI's /responses/input_tokens before each call; OpenInference's
+    OpenAI instrumentor draws each as an LLM span without a model or tokens."""
+    [run] = runs_of("crewai_loop")
+    assert [c.input_tokens for c in run.calls] == [100, 110, 120, 130]
+
+
+def test_crewai_told_to_answer_at_its_max_iter_is_a_step_limit() -> None:
+    """CrewAI records no error at max_iter: it tells the model to answer without tools.
+    The same words in an earlier call (a user's prompt quoting them) end nothing."""
+    [run] = runs_of("crewai_max_iter")
+    assert run.termination_reason == "max_steps_reached"
+    assert run.calls[-1].input_messages and b"absolute best final answer" in (
+        run.calls[-1].input_messages
+    )
+    [clean] = runs_of("crewai_loop")
+    assert clean.termination_reason == "clean"
+
+
+def test_autogen_without_openinference_has_no_arguments_so_no_loop() -> None:
+    """AutoGen's own spans name the tool but record neither arguments nor model calls:
+    steps without fingerprints, and no loop (docs/otlp.md: add OpenInference's)."""
+    [run] = runs_of("autogen_native_loop")
+    assert [s.tool_name for s in run.steps] == ["get_weather"] * 3
+    assert all(s.fingerprint is None for s in run.steps) and run.loop_step_index is None

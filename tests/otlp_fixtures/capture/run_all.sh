@@ -106,3 +106,34 @@ py=$(env_for haystack-openllmetry haystack-ai==3.4.1 opentelemetry-instrumentati
 "$py" haystack_agent.py openllmetry
 py=$(env_for ag2-openinference ag2==0.14.0 openinference-instrumentation-ag2==0.1.12 $otel)
 "$py" ag2_agents.py
+py=$(env_for logfire logfire==5.4.0 openai-agents==0.24.0 openai==3.57.0 $otel)
+"$py" logfire_agents.py openaiagents
+"$py" logfire_agents.py openai
+py=$(env_for logfire-langgraph logfire==5.4.0 langgraph==1.2.24 langchain-core==1.8.3 \
+    "langsmith[otel]==0.15.1" $otel)
+"$py" logfire_agents.py langgraph
+py=$(env_for mlflow mlflow-tracing==3.17.2 openai==3.57.0 openai-agents==0.24.0 \
+    langgraph==1.2.24 langchain-core==1.8.3 langchain-openai==1.8.1 $otel)
+for framework in openaiagents handloop langgraph; do
+    "$py" mlflow_tracing.py "$framework"
+    "$py" mlflow_tracing.py "$framework" genai
+done
+py=$(env_for openlit openlit==1.45.0 openai==2.54.0 openai-agents==0.20.0 langgraph==1.2.24 \
+    langchain-core==1.8.3 langchain-openai==1.8.1 opentelemetry-sdk==1.45.1 \
+    opentelemetry-exporter-otlp-proto-common==1.45.1)
+"$py" openlit_agents.py openaiagents
+"$py" openlit_agents.py langgraph
+py=$(env_for openlit-crewai openlit==1.45.0 crewai==1.15.30 openai==2.54.0 opentelemetry-sdk==1.45.1 \
+    opentelemetry-exporter-otlp-proto-common==1.45.1)
+"$py" openlit_agents.py crewai
+py=$(env_for crewai crewai==1.15.30 openai==2.54.0 openinference-instrumentation-crewai==1.1.21 \
+    openinference-instrumentation-openai==0.1.66 $otel)
+"$py" crewai_crew.py openinference
+"$py" crewai_crew.py events
+py=$(env_for crewai-openllmetry crewai==1.15.30 openai==2.54.0 opentelemetry-instrumentation-crewai==0.62.4 \
+    opentelemetry-instrumentation-openai==0.62.4 $otel)
+"$py" crewai_crew.py openllmetry
+py=$(env_for autogen autogen-agentchat==0.7.5 "autogen-ext[openai]==0.7.5" openai==3.63.0 \
+    openinference-instrumentation-autogen-agentchat==0.1.22 $otel)
+"$py" autogen_agents.py native
+"$py" autogen_agents.py openinference

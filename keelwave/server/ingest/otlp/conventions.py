@@ -43,6 +43,15 @@ AI_SDK_MODEL_CALLS = frozenset((
     "ai.streamObject.doStream", "ai.embed.doEmbed", "ai.embedMany.doEmbed",
 ))  # fmt: skip
 AI_SDK_TOOL = "ai.toolCall"
+# OpenLIT's LangGraph instrumentation: an ``invoke_agent`` span for each run of a graph's
+# node (LangChain's spans, under its LangChain scope, show the same work).
+OPENLIT_LANGGRAPH = "openlit.instrumentation.langgraph"
+OPENLIT_LANGCHAIN = "openlit.instrumentation.langchain"
+# The OpenAI client's POST /responses/input_tokens (CrewAI asks before every model call),
+# which OpenInference's OpenAI instrumentor draws as an LLM span named for its answer.
+TOKEN_COUNT_REQUEST = "InputTokenCountResponse"
+# What CrewAI tells the model when an agent reaches its max_iter: answer, no more tools.
+FORCED_FINAL_ANSWER = b"MUST give your absolute best final answer"
 # A run's own output saying a step limit stopped it (Haystack's Agent: exit_reason).
 LIMIT_EXITS = ("max_agent_steps", "max_steps", "max_iterations", "max_turns")
 # LlamaIndex (OpenInference) gives every method of an LLM class a span of kind LLM, this
@@ -94,6 +103,10 @@ def role(span: Span) -> str:
         return AGENT  # an Agno team (OpenLLMetry): the run its members' runs hang off
     if openinference == "AGENT" and "ag2.sender.name" in attributes:
         return OTHER  # one agent's reply in an AG2 chat; the chat (initiate_chat) is the run
+    if operation == "invoke_agent" and span.scope == OPENLIT_LANGGRAPH:
+        return OTHER  # one run of a graph's node, beside LangChain's spans of the same
+    if openinference == "LLM" and span.name == TOKEN_COUNT_REQUEST:
+        return OTHER  # the OpenAI client counting a prompt's tokens: no model call
     if operation == "invoke_agent" or openinference == "AGENT" or traceloop == "agent":
         # LangGraph marks each run of its node named "agent" as an AGENT too; the
         # agent is the graph, whose span has no langgraph_step.
@@ -123,14 +136,35 @@ def _first(attributes: dict[str, Any], *names: str) -> Any:
     return None
 
 
+# Attributes that name an agent. (An AG2 chat is named for the agent it was started
+# with, not by whom: "user".)
+AGENT_NAMES = (
+    "ag2.recipient.name", "gen_ai.agent.name", "agent.name", "agent_name",
+    "ai.telemetry.functionId", "agno.team.name",
+)  # fmt: skip
+
+
+def unnamed_invocation(span: Span) -> bool:
+    """A GenAI ``invoke_agent`` span with no attribute naming an agent: inside another
+    agent, a part of its work, not an agent of its own (OpenLIT draws the OpenAI
+    Agents SDK's turns so, and each step of CrewAI's agent executor)."""
+    attributes = span.attributes
+    return (
+        attributes.get("gen_ai.operation.name") == "invoke_agent"
+        and _first(attributes, *AGENT_NAMES, "traceloop.entity.name") is None
+    )
+
+
+def run_name(span: Span) -> str | None:
+    """The name of a run made from a trace's root that is no agent: its workflow's
+    name (OpenLIT's ``gen_ai.workflow.name``), else its agent name, if it says."""
+    name = _first(span.attributes, "gen_ai.workflow.name", *AGENT_NAMES)
+    return str(name) if name is not None else None
+
+
 def agent_name(span: Span) -> str | None:
     """The agent's own name, when the span gives one (a workflow span may not)."""
-    name = _first(
-        span.attributes,
-        # (an AG2 chat is named for the agent it was started with, not by whom: "user")
-        "ag2.recipient.name", "gen_ai.agent.name", "agent.name", "agent_name",
-        "ai.telemetry.functionId", "agno.team.name",
-    )  # fmt: skip
+    name = _first(span.attributes, *AGENT_NAMES)
     if name is None and str(span.attributes.get("traceloop.span.kind")) == "agent":
         name = _first(span.attributes, "traceloop.entity.name")
     if name is None and span.name.startswith("invoke_agent "):

@@ -8,7 +8,8 @@ onto runs, steps and model calls (mapping.py) never looks at the wire.
 
 protobuf messages come from ``opentelemetry-proto`` and are parsed by
 protobuf's C implementation (upb); JSON is parsed by msgspec and walked.
-Unknown fields are ignored in both, as OTLP requires.
+Unknown fields are ignored in both, as OTLP requires. The few instrumentations with
+attribute names of their own are rewritten into the common ones here (dialects.py).
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
+
+from keelwave.server.ingest.otlp import dialects
 
 MAX_NESTING = 64  # attribute values nested deeper than this are cut (arrays, kvlists)
 
@@ -113,7 +116,7 @@ def from_protobuf(body: bytes) -> list[Span]:
                         scope=scope,
                     )
                 )
-    return spans
+    return dialects.rewrite(spans)
 
 
 def _pb_attributes(pairs: Any) -> dict[str, Any]:
@@ -170,7 +173,7 @@ def from_json(body: bytes) -> list[Span]:
                     spans.append(_json_span(span, resource, scope))
     except (AttributeError, TypeError, ValueError) as error:
         raise DecodeError(f"the body is not an OTLP JSON trace export: {error}") from None
-    return spans
+    return dialects.rewrite(spans)
 
 
 def _json_span(span: dict, resource: dict[str, Any], scope: str) -> Span:

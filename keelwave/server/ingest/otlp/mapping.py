@@ -133,6 +133,7 @@ def map_trace(spans: list[Span], memo: Memo | None = None) -> list[MappedRun]:
     if not unique:
         return []
     roles = {span_id: c.role(span) for span_id, span in unique.items()}
+    _parts_of_agents(unique, roles)
     _graphs_in_tools(unique, roles)
     _model_wrappers(unique, roles)
     wrapped = _tool_wrappers(unique, roles)
@@ -175,7 +176,9 @@ def map_trace(spans: list[Span], memo: Memo | None = None) -> list[MappedRun]:
             parent = handoffs.handed_off_by(span, runs, unique, owner, said) or _enclosing(
                 span, parent, unique
             )
-        mapped[key] = _run(trace_id, key, span, runs.get(key), parent, members.get(key, []))
+        mapped[key] = _run(
+            trace_id, key, span, runs.get(key), parent, members.get(key, []), fallback
+        )
     for key, run in mapped.items():
         spans_of_run = members.get(key, [])
         tools = sorted(
@@ -210,6 +213,7 @@ def _run(
     name: str | None,
     parent: bytes | None,
     members: list[Span],
+    fallback: bytes | None = None,
 ) -> MappedRun:
     """A run with its identity, name and what its span says (steps come after)."""
     some = span or (members[0] if members else None)
@@ -217,6 +221,7 @@ def _run(
     if span is None:  # provisional: named once its agent span arrives
         agent_name, started = service or "agent", min(s.start_ns for s in members)
     else:
+        name = name or (c.run_name(span) if key == fallback else None)
         agent_name, started = name or span.name or service or "agent", span.start_ns
     run = MappedRun(
         run_id=run_id(trace_id, key),
@@ -273,6 +278,42 @@ def _run_spans(unique: dict[bytes, Span], roles: dict[bytes, str]) -> dict[bytes
                 continue
         runs[span_id] = name or unique[span_id].name
     return runs
+
+
+def _parts_of_agents(unique: dict[bytes, Span], roles: dict[bytes, str]) -> None:
+    """Agent spans that are a part of some agent's work, not agents of their own:
+
+    - an ``invoke_agent`` naming no agent inside another agent (OpenLIT's spans of the
+      OpenAI Agents SDK's turns, of each step of CrewAI's agent executor): its spans
+      belong to the agent around it. (Outside every agent, a nameless one still makes
+      a run: the wrapper rule of _run_spans.)
+    - OpenLIT's LangChain ``invoke_agent`` with no tool call inside: one run of a
+      graph's node whose name has "agent" in it (create_react_agent's "agent" node,
+      which only calls the model; OpenLIT takes any such name for an agent). The
+      graph's own span has the node runs and the tool calls beside them inside it."""
+    agents = {span_id for span_id, role in roles.items() if role == c.AGENT}
+    children: dict[bytes, list[bytes]] | None = None
+    for span_id in agents:
+        span = unique[span_id]
+        if c.unnamed_invocation(span):
+            parent, depth = span.parent_span_id, 0
+            while parent in unique and parent not in agents and depth < MAX_DEPTH:
+                parent, depth = unique[parent].parent_span_id, depth + 1
+            if parent in agents:
+                roles[span_id] = c.OTHER
+        elif span.scope == c.OPENLIT_LANGCHAIN:
+            if children is None:
+                children = {}
+                for other in unique.values():
+                    if other.parent_span_id is not None:
+                        children.setdefault(other.parent_span_id, []).append(other.span_id)
+            stack, tool = list(children.get(span_id, ())), False
+            while stack and not tool:
+                below = stack.pop()
+                tool = roles[below] == c.TOOL
+                stack.extend(children.get(below, ()))
+            if not tool:
+                roles[span_id] = c.OTHER
 
 
 def _graphs_in_tools(unique: dict[bytes, Span], roles: dict[bytes, str]) -> None:
@@ -495,6 +536,13 @@ def _start(span: Span) -> tuple[int, bytes]:
     return (span.start_ns, span.span_id)
 
 
+def _forced_to_answer(run: MappedRun) -> bool:
+    """Whether the run's last model call was told to answer without tools because the
+    agent had reached its step limit (CrewAI's max_iter: it records nothing else)."""
+    last = run.calls[-1].input_messages if run.calls else None
+    return last is not None and c.FORCED_FINAL_ANSWER in last
+
+
 def _finish(run: MappedRun, span: Span, unique: dict[bytes, Span]) -> None:
     """Set the run's end: only once its own span has ended."""
     if not span.end_ns:
@@ -510,6 +558,7 @@ def _finish(run: MappedRun, span: Span, unique: dict[bytes, Span]) -> None:
         any(limit in kind for kind in kinds for limit in c.STEP_LIMITS)
         or c.stopped_at_limit(span)
         or _cut_off_after_tools(span, children)
+        or _forced_to_answer(run)
     ):
         run.termination_reason = "max_steps_reached"
     elif c.error(span):

@@ -1,0 +1,192 @@
+"""Instrumentations with attribute names of their own, rewritten into the ones
+conventions.py reads.
+
+Most instrumentations speak one of three families (GenAI, OpenInference,
+OpenLLMetry). A few widely used ones have their own words for the same things:
+
+- **MLflow Tracing** (its OTLP export): ``mlflow.spanType`` (AGENT, TOOL,
+  CHAT_MODEL…), ``mlflow.spanInputs`` / ``mlflow.spanOutputs``,
+  ``mlflow.chat.tokenUsage``, every value JSON-encoded (a string arrives with its
+  quotes);
+- **Logfire's OpenAI Agents integration** (``logfire.instrument_openai_agents()``):
+  spans told apart by their message template (``Agent run: {name!r}``,
+  ``Function: {name}``…), the agent's or tool's ``name``, the call's ``input`` and
+  ``output``, and a failure as an ``error`` attribute (the span's status says only
+  ERROR);
+- **LangSmith's OpenTelemetry mode** (``LANGSMITH_OTEL_ENABLED``, what Logfire
+  and others use for LangChain): LangChain's metadata flattened into
+  ``langsmith.metadata.<key>``, a tool's arguments and result in ``gen_ai.prompt``
+  and ``gen_ai.completion``, an exception's type and traceback inside its message
+  (``RuntimeError('…')Traceback (most recent call last): …``).
+
+:func:`rewrite` moves their attributes to the names the other conventions use, once,
+as spans are decoded (decode.py): what is stored, and mapped again as more of a
+trace arrives, is already in the common words, so nothing downstream knows about
+dialects. It is idempotent: a rewritten span has nothing left to rewrite. Spans of
+other scopes are not looked at.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+if TYPE_CHECKING:  # (decode.py calls this module)
+    from keelwave.server.ingest.otlp.decode import Event, Span
+
+MLFLOW_SCOPE = "mlflow.tracing.provider"
+LOGFIRE_AGENTS_SCOPE = "logfire.openai_agents"
+LANGSMITH_SCOPE = "langsmith"
+
+# MLflow's span types as OpenInference's kinds; the rest (CHAIN, PARSER, RERANKER,
+# UNKNOWN…) are chains: they only link their children to a run.
+_MLFLOW_KINDS = {
+    "AGENT": "AGENT", "TOOL": "TOOL", "CHAT_MODEL": "LLM", "LLM": "LLM",
+    "RETRIEVER": "RETRIEVER", "EMBEDDING": "EMBEDDING",
+}  # fmt: skip
+# MLflow's root span of an OpenAI Agents SDK run (``AgentRunner.run``): it wraps the
+# SDK's own agent spans, which are the runs.
+_MLFLOW_AGENTS_RUNNER = "mlflow.openai.agent_run_root"
+_LANGSMITH_METADATA = "langsmith.metadata."
+
+
+def rewrite(spans: list[Span]) -> list[Span]:
+    """``spans`` with every dialect's attributes renamed (in place; see the module)."""
+    for span in spans:
+        rewriter = _BY_SCOPE.get(span.scope)
+        if rewriter is not None:
+            rewriter(span)
+    return spans
+
+
+def _decoded(value: Any) -> Any:
+    """An MLflow attribute's value: JSON text, decoded; the text itself if it is not."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return msgspec.json.decode(value.encode())
+    except (msgspec.DecodeError, UnicodeEncodeError):
+        return value
+
+
+def _move(attributes: dict[str, Any], old: str, new: str) -> None:
+    """Rename ``old`` to ``new``, unless the span has a ``new`` of its own already."""
+    if old in attributes:
+        value = attributes.pop(old)
+        attributes.setdefault(new, value)
+
+
+def _mlflow(span: Span) -> None:
+    attributes = span.attributes
+    if "mlflow.spanType" not in attributes:
+        return
+    kind = _decoded(attributes.pop("mlflow.spanType"))
+    if attributes.pop(_MLFLOW_AGENTS_RUNNER, None) is not None:
+        kind = "CHAIN"
+    attributes.setdefault("openinference.span.kind", _MLFLOW_KINDS.get(str(kind), "CHAIN"))
+    if span.name == "Handoff":  # the OpenAI Agents SDK's handoff: who it went to
+        target = _decoded(attributes.get("mlflow.spanOutputs"))
+        if isinstance(target, dict) and isinstance(target.get("to_agent"), str):
+            attributes.setdefault("gen_ai.handoff.to_agent", target["to_agent"])
+    # (JSON text of the value: the arguments object, a tool's result, a prompt.)
+    _move(attributes, "mlflow.spanInputs", "input.value")
+    _move(attributes, "mlflow.spanOutputs", "output.value")
+    for old, new in (
+        ("mlflow.llm.model", "llm.model_name"),
+        ("mlflow.llm.provider", "llm.provider"),
+    ):
+        if old in attributes:
+            value = _decoded(attributes.pop(old))
+            if isinstance(value, str) and value:
+                attributes.setdefault(new, value)
+    usage = _decoded(attributes.pop("mlflow.chat.tokenUsage", None))
+    if isinstance(usage, dict):
+        for key, name in (
+            ("input_tokens", "llm.token_count.prompt"),
+            ("output_tokens", "llm.token_count.completion"),
+            ("cache_read_input_tokens", "llm.token_count.prompt_details.cache_read"),
+        ):
+            if isinstance(usage.get(key), int):
+                attributes.setdefault(name, usage[key])
+
+
+# Logfire's message templates for the OpenAI Agents SDK's span types, as GenAI operations.
+_LOGFIRE_OPERATIONS = {
+    "Agent run: {name!r}": "invoke_agent",
+    "Function: {name}": "execute_tool",
+    "Chat completion with {gen_ai.request.model!r}": "chat",
+    "Responses API": "chat",
+    "Responses API with {gen_ai.request.model!r}": "chat",
+}
+
+
+def _logfire_agents(span: Span) -> None:
+    attributes = span.attributes
+    template = attributes.get("logfire.msg_template")
+    operation = _LOGFIRE_OPERATIONS.get(template) if isinstance(template, str) else None
+    if operation is not None:
+        attributes.setdefault("gen_ai.operation.name", operation)
+    if operation == "invoke_agent":
+        _move(attributes, "name", "gen_ai.agent.name")
+    elif operation == "execute_tool":
+        _move(attributes, "name", "gen_ai.tool.name")
+        _move(attributes, "input", "gen_ai.tool.call.arguments")
+        _move(attributes, "output", "gen_ai.tool.call.result")
+    elif template == "Handoff: {from_agent} → {to_agent}":
+        _move(attributes, "to_agent", "gen_ai.handoff.to_agent")
+        _move(attributes, "from_agent", "gen_ai.handoff.from_agent")
+    # A failure: the span's status is ERROR without a message; what went wrong is in
+    # an ``error`` attribute, {"message": "Max turns exceeded", "data": {...}}.
+    if span.status_code == 2 and not span.status_message and "error" in attributes:
+        said = _decoded(attributes["error"])
+        if isinstance(said, dict) and isinstance(said.get("message"), str):
+            data = said.get("data")
+            detail = data.get("error") if isinstance(data, dict) else None
+            message = said["message"]
+            span.status_message = f"{message}: {detail}" if isinstance(detail, str) else message
+
+
+def _langsmith(span: Span) -> None:
+    attributes = span.attributes
+    if "langsmith.span.kind" not in attributes:
+        return
+    metadata = {
+        key[len(_LANGSMITH_METADATA) :]: attributes.pop(key)
+        for key in [key for key in attributes if key.startswith(_LANGSMITH_METADATA)]
+    }
+    if metadata:  # (LangChain's metadata, as other instrumentations keep it)
+        attributes.setdefault("metadata", metadata)
+    if attributes["langsmith.span.kind"] == "tool":
+        _move(attributes, "gen_ai.prompt", "gen_ai.tool.call.arguments")
+        _move(attributes, "gen_ai.completion", "gen_ai.tool.call.result")
+    if span.events:
+        span.events = [_langsmith_exception(event) for event in span.events]
+
+
+# LangChain's record of an error, which LangSmith sends as an exception's message under
+# the type "Exception": the exception's repr, then its traceback.
+_TRACEBACK = "Traceback (most recent call last):"
+_REPR = re.compile(r"([A-Za-z_][\w.]*)\((['\"])(.*)\2\)", re.DOTALL)
+
+
+def _langsmith_exception(event: Event) -> Event:
+    message = event.attributes.get("exception.message")
+    if event.name != "exception" or not isinstance(message, str) or _TRACEBACK not in message:
+        return event
+    said, _, trace = message.partition(_TRACEBACK)
+    attributes = dict(event.attributes)
+    attributes["exception.message"] = said.strip()
+    if (shown := _REPR.fullmatch(said.strip())) is not None:
+        attributes["exception.type"], attributes["exception.message"] = shown[1], shown[3]
+    attributes.setdefault("exception.stacktrace", _TRACEBACK + trace)
+    return dataclasses.replace(event, attributes=attributes)
+
+
+_BY_SCOPE = {
+    MLFLOW_SCOPE: _mlflow,
+    LOGFIRE_AGENTS_SCOPE: _logfire_agents,
+    LANGSMITH_SCOPE: _langsmith,
+}

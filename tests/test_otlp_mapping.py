@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from keelwave.sdk import fingerprint
-from keelwave.server.ingest.otlp import decode, mapping
+from keelwave.server.ingest.otlp import decode, dialects, mapping
 
 FIXTURES = Path(__file__).resolve().parent / "otlp_fixtures"
 LOOPS = [
@@ -617,7 +617,11 @@ _ODD_VALUES = [
     {"k": [1]}, '[{"role": "assistant", "parts": [{"type": "tool_call", "name": "t"}]}]',
     '[{"role": "assistant", "parts": 3}]', '[{"parts": [{"type": "tool_call", "name": null}]}]',
     '{"exit_reason": "max_agent_steps"}', '{"exit_reason": 5}', "handoff_to_b",
-    '{"input": {"a": 1}, "options": null}',
+    '{"input": {"a": 1}, "options": null}', "tool", "call_0",
+    '[{"role": "tool", "parts": [{"type": "tool_call_response", "id": "call_0"}]}]',
+    '[{"role": "tool", "parts": [{"type": "tool_call_response", "id": [1], "response": 2}]}]',
+    '"MUST give your absolute best final answer"', '"AGENT"', '{"message": 3}',
+    '{"input_tokens": "x"}',
 ]  # fmt: skip
 _ODD_KEYS = [
     "gen_ai.output.messages", "llm.output_messages.0.message.tool_calls.0.tool_call.function.name",
@@ -625,7 +629,16 @@ _ODD_KEYS = [
     "gen_ai.completion.0.tool_calls.1.name", "gen_ai.response.finish_reasons",
     "gen_ai.response.finish_reason", "gen_ai.handoff.to_agent", "output.value", "input.value",
     "metadata.path", "metadata.class_name", "gen_ai.agent.name", "tool.name",
-    "graph.node.parent_id",
+    "graph.node.parent_id", "gen_ai.input.messages", "llm.input_messages.0.message.role",
+    "llm.input_messages.0.message.tool_call_id", "llm.input_messages.0.message.content",
+    "llm.output_messages.0.message.tool_calls.0.tool_call.id", "gen_ai.operation.name",
+    "mlflow.spanType", "mlflow.chat.tokenUsage", "error", "logfire.msg_template",
+    "langsmith.span.kind", "langsmith.metadata.langgraph_checkpoint_ns", "name",
+]  # fmt: skip
+# Scopes whose spans are rewritten (dialects.py) or read by scope (OpenLIT's).
+_ODD_SCOPES = [
+    "", "mlflow.tracing.provider", "logfire.openai_agents", "langsmith",
+    "openlit.instrumentation.langchain", "openlit.instrumentation.langgraph",
 ]  # fmt: skip
 
 
@@ -650,9 +663,13 @@ def test_odd_attribute_values_never_break_the_mapping_nor_make_it_order_dependen
                         rng.choice(names), attributes)  # fmt: skip
             made.start_ns, made.end_ns = rng.randint(1, 99), rng.choice([0, rng.randint(100, 200)])
             made.status_code = rng.choice([0, 2])
+            made.scope = rng.choice(_ODD_SCOPES)
             choice = {"tool_calls": rng.choice(_ODD_VALUES)}
-            made.events = [decode.Event("gen_ai.choice", 0, choice)]
+            failed = {"exception.message": rng.choice(["x", "E('m')Traceback (most recent", 3])}
+            made.events = [decode.Event("gen_ai.choice", 0, choice),
+                           decode.Event("exception", 0, failed)]  # fmt: skip
             spans.append(made)
+        dialects.rewrite(spans)
         assert mapping.map_trace(spans) == mapping.map_trace(spans[::-1])
 
 
@@ -859,3 +876,19 @@ def test_autogen_without_openinference_has_no_arguments_so_no_loop() -> None:
     [run] = runs_of("autogen_native_loop")
     assert [s.tool_name for s in run.steps] == ["get_weather"] * 3
     assert all(s.fingerprint is None for s in run.steps) and run.loop_step_index is None
+
+
+def test_steps_a_model_asked_for_get_what_the_tool_returned_from_the_next_prompt() -> None:
+    """Without tool spans, a tool's result is only in the prompt of the model call after
+    it, by the call's id: a GenAI tool_call_response part, or OpenInference's flattened
+    tool message."""
+    for name, output in (
+        ("openai_client_handloop_agent", b'"18 degrees"'),  # OpenInference
+        ("openai_client_genai_handloop_agent", b'"18 degrees"'),  # GenAI
+        ("crewai_openllmetry_loop", b'"18 degrees celsius in Paris"'),
+        ("openlit_crewai_loop", b'"18 degrees celsius in Paris"'),
+    ):
+        [run] = runs_of(name)
+        assert [step.tool_output for step in run.steps] == [output] * 3, name
+    [failed] = runs_of("crewai_openllmetry_tool_error")
+    assert failed.steps[0].tool_output.startswith(b'"Error executing tool: connection refused')

@@ -79,7 +79,7 @@ def collect(
         if target:
             texts.append((str(target).lower(), name))
         if roles[span_id] == c.MODEL and _mentions(span):
-            for tool, _ in requested.tool_calls(span):
+            for tool, _, _ in requested.tool_calls(span):
                 tool = tool.lower()
                 for prefix in _TOOL_PREFIXES:
                     if tool.startswith(prefix):

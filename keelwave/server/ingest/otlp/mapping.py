@@ -418,19 +418,24 @@ def _new_step(span: Span, role: str, index: int) -> MappedStep:
 def _asked_steps(calls: list[Span]) -> list[MappedStep]:
     """The steps of a run in a trace without tool spans (requested.py): each tool call
     its model calls asked for, in order, as made once the model had answered. Their
-    identity is the model span's and the call's place in its answer; what the tool
-    returned, how long it took and whether it failed are not in the trace."""
+    identity is the model span's and the call's place in its answer. What the tool
+    returned is read from a later call's prompt, by the call's id, where the trace has
+    both; how long it took and whether it failed are not in the trace."""
+    results: dict[str, object] = {}
+    for span in calls:
+        results.update(requested.tool_results(span))
     steps: list[MappedStep] = []
     for span in calls:
-        for number, (name, raw) in enumerate(requested.tool_calls(span)):
+        for number, (name, raw, call_id) in enumerate(requested.tool_calls(span)):
             arguments = c.arguments_json(raw)
+            output = results.get(call_id) if call_id is not None else None
             steps.append(
                 MappedStep(
                     span_id=span.span_id + number.to_bytes(4, "big"),
                     step_index=len(steps) + 1,
                     tool_name=name,
                     tool_input=arguments,
-                    tool_output=None,
+                    tool_output=c.as_json(output),
                     started_ns=(span.end_ns or span.start_ns) + number,
                     duration_ms=None,
                     error=None,

@@ -17,6 +17,11 @@ A response names its tool calls in one of four forms:
 - OpenLLMetry's, ``gen_ai.completion.<i>.tool_calls.<j>.name`` and ``….arguments``;
 - the older ``gen_ai.choice`` event, whose ``tool_calls`` (or ``message.tool_calls``)
   is OpenAI's ``[{"function": {"name", "arguments"}}]``.
+
+What a tool returned is not in the span that asked for it, but in the prompt of the
+model call after it, by the call's id (:func:`tool_results`): a GenAI
+``tool_call_response`` part, or OpenInference's / OpenLLMetry's flattened ``tool``
+message with its ``tool_call_id``.
 """
 
 from __future__ import annotations
@@ -29,12 +34,19 @@ from keelwave.server.ingest.otlp.decode import Span
 
 # (message index, call index, field) of the flattened forms
 _OPENINFERENCE = re.compile(
-    r"llm\.output_messages\.(\d+)\.message\.tool_calls\.(\d+)\.tool_call\.function\.(name|arguments)"
+    r"llm\.output_messages\.(\d+)\.message\.tool_calls\.(\d+)\.tool_call\."
+    r"(?:function\.)?(name|arguments|id)"
 )
-_OPENLLMETRY = re.compile(r"gen_ai\.completion\.(\d+)\.tool_calls\.(\d+)\.(name|arguments)")
+_OPENLLMETRY = re.compile(r"gen_ai\.completion\.(\d+)\.tool_calls\.(\d+)\.(name|arguments|id)")
+# (message index, field) of a prompt's flattened messages: OpenInference's, OpenLLMetry's
+_PROMPT = re.compile(
+    r"(?:llm\.input_messages\.(\d+)\.message|gen_ai\.prompt\.(\d+))\.(role|tool_call_id|content)"
+)
 
 _FLATTENED = ("llm.output_messages.", "gen_ai.completion.")
-Call = tuple[str, Any]  # (tool name, arguments as sent: JSON text or a structured value)
+_FLATTENED_PROMPT = ("llm.input_messages.", "gen_ai.prompt.")
+# (tool name, arguments as sent: JSON text or a structured value, the call's id or None)
+Call = tuple[str, Any, str | None]
 
 
 def tool_calls(span: Span) -> list[Call]:
@@ -66,8 +78,12 @@ def _from_parts(messages: Any) -> list[Call]:
         parts = message.get("parts")
         for part in parts if isinstance(parts, list) else []:
             if isinstance(part, dict) and part.get("type") == "tool_call" and part.get("name"):
-                calls.append((str(part["name"]), part.get("arguments")))
+                calls.append((str(part["name"]), part.get("arguments"), _id(part.get("id"))))
     return calls
+
+
+def _id(value: Any) -> str | None:
+    return str(value) if value not in (None, "") else None
 
 
 def _from_openai(listed: Any) -> list[Call]:
@@ -75,7 +91,7 @@ def _from_openai(listed: Any) -> list[Call]:
     for call in listed if isinstance(listed, list) else []:
         function = call.get("function") if isinstance(call, dict) else None
         if isinstance(function, dict) and function.get("name"):
-            calls.append((str(function["name"]), function.get("arguments")))
+            calls.append((str(function["name"]), function.get("arguments"), _id(call.get("id"))))
     return calls
 
 
@@ -89,7 +105,37 @@ def _flattened(attributes: dict[str, Any]) -> list[Call]:
             message, call, field = match.groups()
             found.setdefault((int(message), int(call)), {})[field] = value
     return [
-        (str(fields["name"]), fields.get("arguments"))
+        (str(fields["name"]), fields.get("arguments"), _id(fields.get("id")))
         for _, fields in sorted(found.items())
         if fields.get("name")
     ]
+
+
+def tool_results(span: Span) -> dict[str, Any]:
+    """What the tools returned, by the id of the call, as the model span's prompt
+    carries them (the answers to the calls an earlier model call asked for)."""
+    attributes = span.attributes
+    messages = attributes.get("gen_ai.input.messages")
+    results: dict[str, Any] = {}
+    if messages:
+        parsed = c.json_value(messages)
+        for message in parsed if isinstance(parsed, list) else []:
+            parts = message.get("parts") if isinstance(message, dict) else None
+            for part in parts if isinstance(parts, list) else []:
+                response = isinstance(part, dict) and part.get("type") == "tool_call_response"
+                if response and (call := _id(part.get("id"))) is not None:
+                    results[call] = part.get("response")
+        return results
+    if not any(key.startswith(_FLATTENED_PROMPT) for key in attributes):
+        return results
+    prompt: dict[int, dict[str, Any]] = {}
+    for key, value in attributes.items():
+        match = _PROMPT.fullmatch(key)
+        if match is not None:
+            index = match.group(1) or match.group(2)
+            prompt.setdefault(int(index), {})[match.group(3)] = value
+    for fields in prompt.values():
+        call = _id(fields.get("tool_call_id"))
+        if fields.get("role") == "tool" and call is not None and "content" in fields:
+            results[call] = fields["content"]
+    return results

@@ -801,6 +801,8 @@ def test_mlflow_spans_by_their_span_type() -> None:
     assert [(c.input_tokens, c.output_tokens) for c in run.calls] == [
         (100, 20), (110, 21), (120, 22), (130, 23)
     ]  # fmt: skip
+    [limited] = runs_of("mlflow_openaiagents_max_turns")
+    assert limited.error == "Max turns exceeded"  # (its exception.type is empty)
     [graph] = runs_of("mlflow_langgraph_loop")
     assert {(c.provider, c.model) for c in graph.calls} == {("openai", "fake-loop-model")}
 

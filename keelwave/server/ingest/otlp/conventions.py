@@ -449,8 +449,12 @@ def error(span: Span) -> str | None:
     """What went wrong, if the span failed: its exception, else its status message."""
     for event in span.events:
         if _failure(event, span):
-            kind = event.attributes.get("exception.type") or "Exception"
+            # (a type left empty, as MLflow records the OpenAI Agents SDK's errors: the
+            # message alone)
+            kind = event.attributes.get("exception.type")
             message = event.attributes.get("exception.message") or ""
+            if not kind:
+                return str(message) if message else "Exception"
             return f"{kind}: {message}" if message else str(kind)
     if span.status_code == 2:
         kind = span.attributes.get("error.type")

@@ -30,6 +30,7 @@ LOOPS = [
     "mlflow_handloop_loop", "mlflow_langgraph_loop", "mlflow_genai_handloop_loop",
     "openlit_openaiagents_loop", "openlit_langgraph_loop", "openlit_crewai_loop", "crewai_loop",
     "crewai_events_loop", "crewai_openllmetry_loop", "autogen_loop",
+    "mlflow_genai_openaiagents_loop",
 ]  # fmt: skip
 NESTED = ["pydanticai_nested", "pydanticai_openinference_nested", "langgraph_genai_nested",
           "strands_nested", "strands_latest_nested", "smolagents_nested",
@@ -44,7 +45,8 @@ NESTED = ["pydanticai_nested", "pydanticai_openinference_nested", "langgraph_gen
           "openlit_openaiagents_nested", "openlit_crewai_nested",
           "openlit_langgraph_nested_agent_names", "crewai_events_nested",
           "crewai_events_hierarchical", "crewai_openllmetry_nested",
-          "crewai_openllmetry_hierarchical", "autogen_nested", "autogen_native_nested"]  # fmt: skip
+          "crewai_openllmetry_hierarchical", "autogen_nested", "autogen_native_nested",
+          "mlflow_genai_openaiagents_nested"]  # fmt: skip
 # Frameworks whose loops are not get_weather in a "weather_agent": (fixture, agent, tool).
 OTHER_LOOPS = [("dspy_loop", "ReAct", "search"), ("haystack_loop", "Agent", "get_weather"),
                ("beeai_loop", "assistant", "get_weather"),

@@ -50,6 +50,7 @@ _MLFLOW_KINDS = {
 # MLflow's root span of an OpenAI Agents SDK run (``AgentRunner.run``): it wraps the
 # SDK's own agent spans, which are the runs.
 _MLFLOW_AGENTS_RUNNER = "mlflow.openai.agent_run_root"
+_MLFLOW_AGENTS_RUNNER_NAME = "AgentRunner.run"
 _LANGSMITH_METADATA = "langsmith.metadata."
 
 
@@ -82,6 +83,11 @@ def _move(attributes: dict[str, Any], old: str, new: str) -> None:
 def _mlflow(span: Span) -> None:
     attributes = span.attributes
     if "mlflow.spanType" not in attributes:
+        # Its GenAI-conventions mode (MLFLOW_ENABLE_OTEL_GENAI_SEMCONV): the same runner
+        # span, as an agent named for the method.
+        if attributes.get("gen_ai.agent.name") == _MLFLOW_AGENTS_RUNNER_NAME:
+            del attributes["gen_ai.agent.name"]
+            attributes["gen_ai.operation.name"] = "CHAIN"
         return
     kind = _decoded(attributes.pop("mlflow.spanType"))
     if attributes.pop(_MLFLOW_AGENTS_RUNNER, None) is not None:

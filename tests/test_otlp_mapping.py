@@ -896,3 +896,19 @@ def test_steps_a_model_asked_for_get_what_the_tool_returned_from_the_next_prompt
         assert [step.tool_output for step in run.steps] == [output] * 3, name
     [failed] = runs_of("crewai_openllmetry_tool_error")
     assert failed.steps[0].tool_output.startswith(b'"Error executing tool: connection refused')
+
+
+@pytest.mark.parametrize("name", [*LOOPS, "crewai_openllmetry_tool_error", "haystack_loop"])
+def test_mapping_again_with_what_was_remembered_gives_the_same_runs(name: str) -> None:
+    """The server maps a trace again each time an export brings more of it, reusing what
+    it remembered of the spans it saw (mapping.Memo): the result is the fresh one."""
+    spans = decode.from_json((FIXTURES / f"{name}.json").read_bytes())
+    memos: dict[bytes, mapping.Memo] = {}
+    seen: list[decode.Span] = []
+    for part in (spans[: len(spans) // 3], spans[len(spans) // 3 : -2], spans[-2:]):
+        seen += part
+        runs = []
+        for trace in sorted({span.trace_id for span in seen}):
+            memo = memos.setdefault(trace, {})
+            runs += mapping.map_trace([s for s in seen if s.trace_id == trace], memo)
+    assert runs == runs_of(name)

@@ -122,7 +122,9 @@ def run_id(trace_id: bytes, span_id: bytes) -> uuid.UUID:
 # What a tool or model span maps to is a function of that span alone, and a span is
 # stored once: a caller mapping a trace again as more of it arrives can pass a memo
 # (per project: ids are the client's) so that old spans are not read again.
-Memo = dict[bytes, "MappedStep | MappedCall"]
+# What a span mapped to, by span id; for a model call's span, also (by its id and b"?")
+# the tool calls its answer asked for and the results its prompt carries (requested.py).
+Memo = dict[bytes, "MappedStep | MappedCall | _Asked"]
 
 
 def map_trace(spans: list[Span], memo: Memo | None = None) -> list[MappedRun]:
@@ -186,7 +188,7 @@ def map_trace(spans: list[Span], memo: Memo | None = None) -> list[MappedRun]:
         )
         calls = sorted((s for s in spans_of_run if roles[s.span_id] == c.MODEL), key=_start)
         run.steps = (
-            _asked_steps(calls)
+            _asked_steps(calls, memo)
             if asked
             else [
                 _wrapping_step(span, wrapped[span.span_id], n)
@@ -415,18 +417,36 @@ def _new_step(span: Span, role: str, index: int) -> MappedStep:
     )
 
 
-def _asked_steps(calls: list[Span]) -> list[MappedStep]:
+_Asked = tuple[list[requested.Call], dict[str, object]]
+
+
+def _asked(span: Span, memo: Memo | None) -> _Asked:
+    """The tool calls a model span's answer asked for, and the tool results its prompt
+    carries: remembered, for a prompt holds the whole conversation so far, and a trace
+    is mapped again each time more of it arrives."""
+    key = span.span_id + b"?"
+    known = memo.get(key) if memo is not None else None
+    if isinstance(known, tuple):
+        return known
+    asked = (requested.tool_calls(span), requested.tool_results(span))
+    if memo is not None:
+        memo[key] = asked
+    return asked
+
+
+def _asked_steps(calls: list[Span], memo: Memo | None = None) -> list[MappedStep]:
     """The steps of a run in a trace without tool spans (requested.py): each tool call
     its model calls asked for, in order, as made once the model had answered. Their
     identity is the model span's and the call's place in its answer. What the tool
     returned is read from a later call's prompt, by the call's id, where the trace has
     both; how long it took and whether it failed are not in the trace."""
+    asked = [_asked(span, memo) for span in calls]
     results: dict[str, object] = {}
-    for span in calls:
-        results.update(requested.tool_results(span))
+    for _, carried in asked:
+        results.update(carried)
     steps: list[MappedStep] = []
-    for span in calls:
-        for number, (name, raw, call_id) in enumerate(requested.tool_calls(span)):
+    for span, (requests, _) in zip(calls, asked, strict=True):
+        for number, (name, raw, call_id) in enumerate(requests):
             arguments = c.arguments_json(raw)
             output = results.get(call_id) if call_id is not None else None
             steps.append(

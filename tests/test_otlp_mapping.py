@@ -30,7 +30,7 @@ LOOPS = [
     "mlflow_handloop_loop", "mlflow_langgraph_loop", "mlflow_genai_handloop_loop",
     "openlit_openaiagents_loop", "openlit_langgraph_loop", "openlit_crewai_loop", "crewai_loop",
     "crewai_events_loop", "crewai_openllmetry_loop", "autogen_loop",
-    "mlflow_genai_openaiagents_loop",
+    "mlflow_genai_openaiagents_loop", "mastra_loop", "mastra_stream",
 ]  # fmt: skip
 NESTED = ["pydanticai_nested", "pydanticai_openinference_nested", "langgraph_genai_nested",
           "strands_nested", "strands_latest_nested", "smolagents_nested",
@@ -46,7 +46,7 @@ NESTED = ["pydanticai_nested", "pydanticai_openinference_nested", "langgraph_gen
           "openlit_langgraph_nested_agent_names", "crewai_events_nested",
           "crewai_events_hierarchical", "crewai_openllmetry_nested",
           "crewai_openllmetry_hierarchical", "autogen_nested", "autogen_native_nested",
-          "mlflow_genai_openaiagents_nested"]  # fmt: skip
+          "mlflow_genai_openaiagents_nested", "mastra_nested", "mastra_nested_tool"]  # fmt: skip
 # Frameworks whose loops are not get_weather in a "weather_agent": (fixture, agent, tool).
 OTHER_LOOPS = [("dspy_loop", "ReAct", "search"), ("haystack_loop", "Agent", "get_weather"),
                ("beeai_loop", "assistant", "get_weather"),
@@ -241,6 +241,8 @@ def test_a_nested_agent_is_a_child_run(name: str) -> None:
         ("crewai_openllmetry_max_iter", "max_steps_reached", False),
         ("autogen_tool_error", "clean", True),
         ("autogen_native_tool_error", "clean", True),
+        ("mastra_tool_error", "clean", True),
+        ("mastra_max_steps", "max_steps_reached", False),  # maxSteps: tools ran, unseen
     ],
 )
 def test_errors_and_step_limits(name: str, reason: str, step_failed: bool) -> None:
@@ -912,3 +914,10 @@ def test_mapping_again_with_what_was_remembered_gives_the_same_runs(name: str) -
             memo = memos.setdefault(trace, {})
             runs += mapping.map_trace([s for s in seen if s.trace_id == trace], memo)
     assert runs == runs_of(name)
+
+
+def test_mastra_runs_have_their_input_and_output() -> None:
+    """Mastra's exporter keeps a run's prompt and answer in mastra.agent_run.*."""
+    [run] = runs_of("mastra_loop")
+    assert run.input == b'"Weather in Paris?"'
+    assert run.output == b'{"text":"It is 18 degrees in Paris.","files":[]}'

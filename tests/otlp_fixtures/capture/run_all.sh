@@ -137,3 +137,6 @@ py=$(env_for autogen autogen-agentchat==0.7.5 "autogen-ext[openai]==0.7.5" opena
     openinference-instrumentation-autogen-agentchat==0.1.22 $otel)
 "$py" autogen_agents.py native
 "$py" autogen_agents.py openinference
+# Mastra (JavaScript): npm, with the versions in mastra/package-lock.json; node_modules stays in
+# that folder (git-ignored).
+(cd "$here/mastra" && npm ci --no-audit --no-fund && node capture.mjs)

@@ -50,6 +50,8 @@ OPENLIT_LANGCHAIN = "openlit.instrumentation.langchain"
 # The OpenAI client's POST /responses/input_tokens (CrewAI asks before every model call),
 # which OpenInference's OpenAI instrumentor draws as an LLM span named for its answer.
 TOKEN_COUNT_REQUEST = "InputTokenCountResponse"
+# Mastra's OpenTelemetry exporter (@mastra/otel-exporter): GenAI spans of its own.
+MASTRA = "@mastra/otel-exporter"
 # What CrewAI tells the model when an agent reaches its max_iter: answer, no more tools.
 FORCED_FINAL_ANSWER = b"MUST give your absolute best final answer"
 # A run's own output saying a step limit stopped it (Haystack's Agent: exit_reason).
@@ -379,10 +381,11 @@ def as_json(raw: Any) -> bytes | None:
 
 RUN_INPUTS = (
     "gen_ai.input.messages", "input.value", "traceloop.entity.input", "gen_ai.prompt", "ai.prompt",
+    "mastra.agent_run.input",
 )  # fmt: skip
 RUN_OUTPUTS = (
     "gen_ai.output.messages", "output.value", "traceloop.entity.output", "final_result",
-    "gen_ai.completion", "ai.response.text",
+    "gen_ai.completion", "ai.response.text", "mastra.agent_run.output",
 )  # fmt: skip
 # What is read into a run's own fields, or is bulky content: not repeated in metadata.
 _NOT_METADATA = (

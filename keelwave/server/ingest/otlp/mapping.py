@@ -561,6 +561,17 @@ def _start(span: Span) -> tuple[int, bytes]:
     return (span.start_ns, span.span_id)
 
 
+def _mastra_stopped_after_tools(run: MappedRun, span: Span) -> bool:
+    """A Mastra agent stopped by its ``maxSteps``: its last model call asked for tools
+    (finish reason ``tool-calls``), they ran, and no model call saw their results. (Its
+    run span says nothing of it; Mastra otherwise always shows tools' results to the
+    model. One that paused for a tool the client runs ran none.)"""
+    if span.scope != c.MASTRA or not run.calls or not run.steps:
+        return False
+    last = run.calls[-1]
+    return "tool-calls" in last.finish_reasons and run.steps[-1].started_ns >= last.started_ns
+
+
 def _forced_to_answer(run: MappedRun) -> bool:
     """Whether the run's last model call was told to answer without tools because the
     agent had reached its step limit (CrewAI's max_iter: it records nothing else)."""
@@ -584,6 +595,7 @@ def _finish(run: MappedRun, span: Span, unique: dict[bytes, Span]) -> None:
         or c.stopped_at_limit(span)
         or _cut_off_after_tools(span, children)
         or _forced_to_answer(run)
+        or _mastra_stopped_after_tools(run, span)
     ):
         run.termination_reason = "max_steps_reached"
     elif c.error(span):

@@ -30,7 +30,9 @@ LOOPS = [
     "mlflow_handloop_loop", "mlflow_langgraph_loop", "mlflow_genai_handloop_loop",
     "openlit_openaiagents_loop", "openlit_langgraph_loop", "openlit_crewai_loop", "crewai_loop",
     "crewai_events_loop", "crewai_openllmetry_loop", "autogen_loop",
-    "mlflow_genai_openaiagents_loop", "mastra_loop", "mastra_stream",
+    "mlflow_genai_openaiagents_loop", "mastra_loop", "mastra_stream", "litellm_loop",
+    "litellm_loop_root", "litellm_openllmetry_loop", "litellm_otel_request_span_loop",
+    "litellm_otel_genai_loop", "smolagents_litellm_loop",
 ]  # fmt: skip
 NESTED = ["pydanticai_nested", "pydanticai_openinference_nested", "langgraph_genai_nested",
           "strands_nested", "strands_latest_nested", "smolagents_nested",
@@ -46,7 +48,9 @@ NESTED = ["pydanticai_nested", "pydanticai_openinference_nested", "langgraph_gen
           "openlit_langgraph_nested_agent_names", "crewai_events_nested",
           "crewai_events_hierarchical", "crewai_openllmetry_nested",
           "crewai_openllmetry_hierarchical", "autogen_nested", "autogen_native_nested",
-          "mlflow_genai_openaiagents_nested", "mastra_nested", "mastra_nested_tool"]  # fmt: skip
+          "mlflow_genai_openaiagents_nested", "mastra_nested", "mastra_nested_tool",
+          "litellm_nested", "litellm_openllmetry_nested", "litellm_otel_request_span_nested",
+          "litellm_otel_genai_nested"]  # fmt: skip
 # Frameworks whose loops are not get_weather in a "weather_agent": (fixture, agent, tool).
 OTHER_LOOPS = [("dspy_loop", "ReAct", "search"), ("haystack_loop", "Agent", "get_weather"),
                ("beeai_loop", "assistant", "get_weather"),
@@ -243,6 +247,10 @@ def test_a_nested_agent_is_a_child_run(name: str) -> None:
         ("autogen_native_tool_error", "clean", True),
         ("mastra_tool_error", "clean", True),
         ("mastra_max_steps", "max_steps_reached", False),  # maxSteps: tools ran, unseen
+        ("litellm_tool_error", "clean", True),
+        ("litellm_openllmetry_tool_error", "clean", True),
+        ("litellm_otel_request_span_tool_error", "clean", True),
+        ("litellm_otel_genai_tool_error", "clean", True),
     ],
 )
 def test_errors_and_step_limits(name: str, reason: str, step_failed: bool) -> None:

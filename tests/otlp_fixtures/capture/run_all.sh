@@ -140,3 +140,16 @@ py=$(env_for autogen autogen-agentchat==0.7.5 "autogen-ext[openai]==0.7.5" opena
 # Mastra (JavaScript): npm, with the versions in mastra/package-lock.json; node_modules stays in
 # that folder (git-ignored).
 (cd "$here/mastra" && npm ci --no-audit --no-fund && node capture.mjs)
+py=$(env_for litellm litellm==1.110.2 openai==3.63.0 $otel)
+for mode in otel otel-request-span otel-genai; do
+    "$py" litellm_agent.py "$mode"
+done
+py=$(env_for litellm-openinference litellm==1.110.2 openai==3.63.0 \
+    openinference-instrumentation-litellm==0.1.51 $otel)
+"$py" litellm_agent.py openinference
+py=$(env_for litellm-openllmetry litellm==1.110.2 openai==3.63.0 \
+    opentelemetry-instrumentation-litellm==0.62.4 $otel)
+"$py" litellm_agent.py openllmetry
+py=$(env_for litellm-smolagents litellm==1.110.2 openai==3.63.0 smolagents==1.26.0 \
+    openinference-instrumentation-smolagents==0.1.43 openinference-instrumentation-litellm==0.1.51 $otel)
+"$py" litellm_agent.py smolagents

@@ -50,6 +50,8 @@ OPENLIT_LANGCHAIN = "openlit.instrumentation.langchain"
 # The OpenAI client's POST /responses/input_tokens (CrewAI asks before every model call),
 # which OpenInference's OpenAI instrumentor draws as an LLM span named for its answer.
 TOKEN_COUNT_REQUEST = "InputTokenCountResponse"
+# LiteLLM's own OpenTelemetry callback, with USE_OTEL_LITELLM_REQUEST_SPAN: a span a call.
+LITELLM, LITELLM_REQUEST = "litellm", "litellm_request"
 # Mastra's OpenTelemetry exporter (@mastra/otel-exporter): GenAI spans of its own.
 MASTRA = "@mastra/otel-exporter"
 # What CrewAI tells the model when an agent reaches its max_iter: answer, no more tools.
@@ -109,6 +111,8 @@ def role(span: Span) -> str:
         return OTHER  # one run of a graph's node, beside LangChain's spans of the same
     if openinference == "LLM" and span.name == TOKEN_COUNT_REQUEST:
         return OTHER  # the OpenAI client counting a prompt's tokens: no model call
+    if span.name == LITELLM_REQUEST and span.scope == LITELLM:
+        return MODEL  # (its gen_ai.operation.name is left out with message capture off)
     if operation == "invoke_agent" or openinference == "AGENT" or traceloop == "agent":
         # LangGraph marks each run of its node named "agent" as an AGENT too; the
         # agent is the graph, whose span has no langgraph_step.

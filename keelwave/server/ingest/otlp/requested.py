@@ -14,7 +14,8 @@ A response names its tool calls in one of four forms:
   ``{"type": "tool_call", "name", "arguments"}``;
 - OpenInference's flattened list, ``llm.output_messages.<i>.message.tool_calls.<j>.
   tool_call.function.name`` and ``….arguments``;
-- OpenLLMetry's, ``gen_ai.completion.<i>.tool_calls.<j>.name`` and ``….arguments``;
+- OpenLLMetry's, ``gen_ai.completion.<i>.tool_calls.<j>.name`` and ``….arguments``
+  (LiteLLM's own spans: OpenAI's older ``gen_ai.completion.<i>.function_call.*``);
 - the older ``gen_ai.choice`` event, whose ``tool_calls`` (or ``message.tool_calls``)
   is OpenAI's ``[{"function": {"name", "arguments"}}]``.
 
@@ -38,6 +39,8 @@ _OPENINFERENCE = re.compile(
     r"(?:function\.)?(name|arguments|id)"
 )
 _OPENLLMETRY = re.compile(r"gen_ai\.completion\.(\d+)\.tool_calls\.(\d+)\.(name|arguments|id)")
+# LiteLLM's own spans: OpenAI's older function_call form, one call a message, no id
+_FUNCTION_CALL = re.compile(r"gen_ai\.completion\.(\d+)\.function_call\.(name|arguments)")
 # (message index, field) of a prompt's flattened messages: OpenInference's, OpenLLMetry's
 _PROMPT = re.compile(
     r"(?:llm\.input_messages\.(\d+)\.message|gen_ai\.prompt\.(\d+))\.(role|tool_call_id|content)"
@@ -53,12 +56,13 @@ def tool_calls(span: Span) -> list[Call]:
     """The (tool name, arguments) a model span's response asked for, in its order."""
     attributes = span.attributes
     messages = attributes.get("gen_ai.output.messages")
-    if messages:
-        return _from_parts(c.json_value(messages))
+    if messages and (calls := _from_parts(c.json_value(messages))):
+        return calls
+    # (LiteLLM's messages leave the tool calls out: its flattened form has them)
     flattened = _flattened(attributes)
     if flattened:
         return flattened
-    calls: list[Call] = []
+    calls = []
     for event in span.events:
         if event.name == "gen_ai.choice":
             choice = {key: c.json_value(value) for key, value in event.attributes.items()}
@@ -104,6 +108,9 @@ def _flattened(attributes: dict[str, Any]) -> list[Call]:
         if match is not None:
             message, call, field = match.groups()
             found.setdefault((int(message), int(call)), {})[field] = value
+        elif (match := _FUNCTION_CALL.fullmatch(key)) is not None:
+            message, field = match.groups()
+            found.setdefault((int(message), -1), {})[field] = value
     return [
         (str(fields["name"]), fields.get("arguments"), _id(fields.get("id")))
         for _, fields in sorted(found.items())

@@ -32,7 +32,8 @@ LOOPS = [
     "crewai_events_loop", "crewai_openllmetry_loop", "autogen_loop",
     "mlflow_genai_openaiagents_loop", "mastra_loop", "mastra_stream", "litellm_loop",
     "litellm_loop_root", "litellm_openllmetry_loop", "litellm_otel_request_span_loop",
-    "litellm_otel_genai_loop", "smolagents_litellm_loop",
+    "litellm_otel_genai_loop", "smolagents_litellm_loop", "langchain_openinference_loop",
+    "langchain_openllmetry_loop", "langchain_genai_loop", "langchain_openlit_loop",
 ]  # fmt: skip
 NESTED = ["pydanticai_nested", "pydanticai_openinference_nested", "langgraph_genai_nested",
           "strands_nested", "strands_latest_nested", "smolagents_nested",
@@ -50,7 +51,9 @@ NESTED = ["pydanticai_nested", "pydanticai_openinference_nested", "langgraph_gen
           "crewai_openllmetry_hierarchical", "autogen_nested", "autogen_native_nested",
           "mlflow_genai_openaiagents_nested", "mastra_nested", "mastra_nested_tool",
           "litellm_nested", "litellm_openllmetry_nested", "litellm_otel_request_span_nested",
-          "litellm_otel_genai_nested"]  # fmt: skip
+          "litellm_otel_genai_nested", "langchain_openinference_nested",
+          "langchain_openllmetry_nested", "langchain_genai_nested",
+          "langgraph_openllmetry_nested"]  # fmt: skip
 # Frameworks whose loops are not get_weather in a "weather_agent": (fixture, agent, tool).
 OTHER_LOOPS = [("dspy_loop", "ReAct", "search"), ("haystack_loop", "Agent", "get_weather"),
                ("beeai_loop", "assistant", "get_weather"),
@@ -251,6 +254,22 @@ def test_a_nested_agent_is_a_child_run(name: str) -> None:
         ("litellm_openllmetry_tool_error", "clean", True),
         ("litellm_otel_request_span_tool_error", "clean", True),
         ("litellm_otel_genai_tool_error", "clean", True),
+        ("langchain_openinference_tool_error", "error", True),
+        ("langchain_openinference_tool_error_handled", "clean", True),
+        ("langchain_openinference_step_limit", "max_steps_reached", False),
+        ("langchain_openinference_step_limit_recursion", "max_steps_reached", False),
+        ("langchain_openllmetry_tool_error", "error", True),
+        ("langchain_openllmetry_tool_error_handled", "clean", True),
+        ("langchain_openllmetry_step_limit", "max_steps_reached", False),
+        ("langchain_openllmetry_step_limit_recursion", "max_steps_reached", False),
+        ("langchain_genai_tool_error", "error", True),
+        ("langchain_genai_tool_error_handled", "clean", True),
+        ("langchain_genai_step_limit", "max_steps_reached", False),
+        ("langchain_genai_step_limit_recursion", "max_steps_reached", False),
+        ("langchain_openlit_tool_error", "error", True),
+        ("langchain_openlit_tool_error_handled", "clean", True),
+        ("langchain_openlit_step_limit", "max_steps_reached", False),
+        ("langchain_openlit_step_limit_recursion", "max_steps_reached", False),
     ],
 )
 def test_errors_and_step_limits(name: str, reason: str, step_failed: bool) -> None:
@@ -929,3 +948,32 @@ def test_mastra_runs_have_their_input_and_output() -> None:
     [run] = runs_of("mastra_loop")
     assert run.input == b'"Weather in Paris?"'
     assert run.output == b'{"text":"It is 18 degrees in Paris.","files":[]}'
+
+
+def test_langchain_create_agent_and_its_call_limits() -> None:
+    """LangChain 1's create_agent is a graph whose metadata says so
+    (ls_integration=langchain_create_agent); its ModelCallLimitMiddleware ends a run
+    with an answer of its own, which says why."""
+    [run] = runs_of("langchain_openinference_loop")
+    assert run.agent_name == "weather_agent" and run.parent_run_id is None
+    for name in ("langchain_openinference_step_limit", "langchain_genai_step_limit"):
+        [limited] = runs_of(name)
+        assert limited.termination_reason == "max_steps_reached"
+        assert b"Model call limits exceeded" in limited.output
+
+
+def test_an_agent_whose_work_hangs_beside_it_has_that_work() -> None:
+    """OpenLLMetry draws a graph called in a tool as an empty invoke_agent span, with
+    the graph's nodes in an execute_task span beside it: the nodes are that agent's.
+    Storage keeps only the name of such a span, which is what the rule reads."""
+    from keelwave.server.ingest.otlp import stored
+
+    for name, inner, tool in (
+        ("langchain_openllmetry_nested", "weather_expert", "get_weather"),
+        ("langgraph_openllmetry_nested", "researcher", "lookup"),
+    ):
+        spans = decode.from_json((FIXTURES / f"{name}.json").read_bytes())
+        for form in (spans, [stored.decode(stored.encode(span)) for span in spans]):
+            runs = {run.agent_name: run for run in runs_of(name, form)}
+            assert [step.tool_name for step in runs[inner].steps] == [tool], name
+            assert len(runs[inner].calls) == 2

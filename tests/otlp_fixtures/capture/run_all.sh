@@ -153,3 +153,13 @@ py=$(env_for litellm-openllmetry litellm==1.110.2 openai==3.63.0 \
 py=$(env_for litellm-smolagents litellm==1.110.2 openai==3.63.0 smolagents==1.26.0 \
     openinference-instrumentation-smolagents==0.1.43 openinference-instrumentation-litellm==0.1.51 $otel)
 "$py" litellm_agent.py smolagents
+lc="langchain==1.5.2 langgraph==1.2.24 langchain-core==1.8.3 langchain-openai==1.8.1"
+py=$(env_for lc-openinference $lc openai==3.57.0 openinference-instrumentation-langchain==0.1.80 $otel)
+"$py" langchain_create_agent.py openinference
+py=$(env_for lc-openllmetry $lc openai==3.57.0 opentelemetry-instrumentation-langchain==0.62.4 $otel)
+"$py" langchain_create_agent.py openllmetry
+py=$(env_for lc-genai $lc openai==3.57.0 opentelemetry-instrumentation-genai-langchain==1.3b0 $otel)
+"$py" langchain_create_agent.py genai
+py=$(env_for lc-openlit $lc openlit==1.45.0 openai==2.54.0 opentelemetry-sdk==1.45.1 \
+    opentelemetry-exporter-otlp-proto-common==1.45.1)
+"$py" langchain_create_agent.py openlit

@@ -54,6 +54,11 @@ TOKEN_COUNT_REQUEST = "InputTokenCountResponse"
 LITELLM, LITELLM_REQUEST = "litellm", "litellm_request"
 # Mastra's OpenTelemetry exporter (@mastra/otel-exporter): GenAI spans of its own.
 MASTRA = "@mastra/otel-exporter"
+# LangChain's metadata naming a graph: LangGraph's own, and LangChain 1's create_agent.
+GRAPHS = ("langgraph", "langchain_create_agent")
+# What LangChain's call-limit middleware answers for the model when it ends a run
+# (ModelCallLimitMiddleware, ToolCallLimitMiddleware with exit_behavior="end").
+LIMIT_ANSWERS = (b"Model call limits exceeded: ", b" call limit reached: ")
 # What CrewAI tells the model when an agent reaches its max_iter: answer, no more tools.
 FORCED_FINAL_ANSWER = b"MUST give your absolute best final answer"
 # A run's own output saying a step limit stopped it (Haystack's Agent: exit_reason).
@@ -117,7 +122,7 @@ def role(span: Span) -> str:
         # LangGraph marks each run of its node named "agent" as an AGENT too; the
         # agent is the graph, whose span has no langgraph_step.
         return OTHER if "langgraph_step" in metadata else AGENT
-    if metadata.get("ls_integration") == "langgraph" and "langgraph_step" not in metadata:
+    if metadata.get("ls_integration") in GRAPHS and "langgraph_step" not in metadata:
         return AGENT  # a LangGraph graph (OpenInference calls it AGENT only by its name)
     if operation == "execute_tool" or openinference == "TOOL" or traceloop == "tool":
         return TOOL
@@ -385,11 +390,11 @@ def as_json(raw: Any) -> bytes | None:
 
 RUN_INPUTS = (
     "gen_ai.input.messages", "input.value", "traceloop.entity.input", "gen_ai.prompt", "ai.prompt",
-    "mastra.agent_run.input",
+    "mastra.agent_run.input", "gen_ai.workflow.input",
 )  # fmt: skip
 RUN_OUTPUTS = (
     "gen_ai.output.messages", "output.value", "traceloop.entity.output", "final_result",
-    "gen_ai.completion", "ai.response.text", "mastra.agent_run.output",
+    "gen_ai.completion", "ai.response.text", "mastra.agent_run.output", "gen_ai.workflow.output",
 )  # fmt: skip
 # What is read into a run's own fields, or is bulky content: not repeated in metadata.
 _NOT_METADATA = (

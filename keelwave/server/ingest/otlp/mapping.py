@@ -135,6 +135,7 @@ def map_trace(spans: list[Span], memo: Memo | None = None) -> list[MappedRun]:
     if not unique:
         return []
     roles = {span_id: c.role(span) for span_id, span in unique.items()}
+    _work_beside_agents(unique, roles)
     _parts_of_agents(unique, roles)
     _graphs_in_tools(unique, roles)
     _model_wrappers(unique, roles)
@@ -280,6 +281,35 @@ def _run_spans(unique: dict[bytes, Span], roles: dict[bytes, str]) -> dict[bytes
                 continue
         runs[span_id] = name or unique[span_id].name
     return runs
+
+
+def _work_beside_agents(unique: dict[bytes, Span], roles: dict[bytes, str]) -> None:
+    """An agent span with nothing inside it whose work hangs beside it, in a span of
+    its parent named for the agent (OpenLLMetry's LangChain instrumentation: a graph
+    called in a tool is ``invoke_agent X`` and, next to it, ``execute_task X`` with the
+    graph's nodes). That span is taken as the agent's child, so its work is the run's.
+    (By the span's name, which storage keeps of plumbing spans; copies, re-parented:
+    the spans themselves are shared with the memo.)"""
+    agents = [span_id for span_id, role in roles.items() if role == c.AGENT]
+    if not agents:
+        return
+    children: dict[bytes | None, list[bytes]] = {}
+    for span in unique.values():
+        children.setdefault(span.parent_span_id, []).append(span.span_id)
+    for span_id in agents:
+        span = unique[span_id]
+        if span_id in children or span.parent_span_id is None:
+            continue
+        name = c.agent_name(span)
+        for sibling in children.get(span.parent_span_id, ()):
+            other = unique[sibling]
+            if (
+                roles[sibling] == c.OTHER
+                and sibling in children
+                and name is not None
+                and other.name in (f"execute_task {name}", f"{name}.task")
+            ):
+                unique[sibling] = dataclasses.replace(other, parent_span_id=span_id)
 
 
 def _parts_of_agents(unique: dict[bytes, Span], roles: dict[bytes, str]) -> None:
@@ -596,6 +626,7 @@ def _finish(run: MappedRun, span: Span, unique: dict[bytes, Span]) -> None:
         or _cut_off_after_tools(span, children)
         or _forced_to_answer(run)
         or _mastra_stopped_after_tools(run, span)
+        or (run.output is not None and any(said in run.output for said in c.LIMIT_ANSWERS))
     ):
         run.termination_reason = "max_steps_reached"
     elif c.error(span):

@@ -11,9 +11,23 @@ Run: python tests/otlp_fixtures/capture/openlit_more.py FRAMEWORK
   llamaindex llama-index (the full distribution, for the same reason; it brings
              llama-index-llms-openai)
   ag2        ag2 (0.x, the ``autogen`` API)
+  autogen    autogen-agentchat autogen-ext[openai]
   strands    strands-agents
 Writes openlit_<framework>_<scenario>.json. ``openlit_agents.py`` does the OpenAI Agents
 SDK, LangGraph and CrewAI the same way.
+
+What OpenLIT 1.45.0 does with each (the README has the spans): pydantic-ai: wraps
+``Agent.run`` (``execute_task``) and the graph nodes' async ``run`` with sync wrappers
+(zero-length spans; ``execute_tool <model>`` without the tool). smolagents: agent runs,
+steps, ``execute_tool_call`` and ``Tool.__call__``. Google ADK: the Runner and
+``BaseAgent.run_async``; its enrichment of ADK's own model and tool spans targets where ADK 1
+had them, so ADK 2's spans come as ADK makes them. Agno: ``Agent.run``, ``Team.run``,
+``FunctionCall.execute``. LlamaIndex: RAG pipeline methods and the base ``LLM.chat``, no
+agent: only the OpenAI spans. AG2: ``ConversableAgent.send`` / ``receive`` /
+``generate_reply`` (no tool spans). AutoGen AgentChat: nothing (OpenLIT's "autogen" is AG2's
+package); autogen-core's own spans go to the global provider. Strands: nothing, the
+instrumentation fails to import (``truncate_content``) and ``init`` skips it; Strands' own
+spans go to the global provider.
 
 As there: the capture provider is made the global one before ``openlit.init()`` (which
 reuses a global SDK provider), and ``init`` runs with no metrics, no log-record events,
@@ -22,8 +36,9 @@ a local empty price list and content capture on. The frameworks are imported aft
 instrumentation, the framework's real OpenAI model class over an ``openai`` client whose
 ``httpx`` transport is an in-process fake of the Chat Completions API (pydantic-ai:
 ``OpenAIChatModel``; smolagents: ``OpenAIModel``; Agno: ``OpenAIChat``; LlamaIndex:
-``llama_index.llms.openai.OpenAI``; AG2: its OpenAI client, given the fake ``http_client``
-in the config entry). Google ADK and Strands open model-call spans themselves, whatever
+``llama_index.llms.openai.OpenAI``, ``FunctionAgent(streaming=False)``: the fake API does not
+stream; AG2: its OpenAI client, given the fake ``http_client`` in the config entry; AutoGen:
+``OpenAIChatCompletionClient``). Google ADK and Strands open model-call spans themselves, whatever
 the model class: there a hand-written model answers from the same script (ADK: a
 ``BaseLlm``; Strands: a ``Model`` streaming Bedrock-style events). Token counts follow the
 README's convention (turn n: input 100 + 10n, output 20 + n), turn n being the number of
@@ -37,9 +52,9 @@ Scenarios (one fixture each):
               framework's: see the README)
   nested      agent coordinator calls agent researcher, which calls its own tool lookup:
               through a tool ask_researcher that runs the inner agent (pydantic-ai,
-              LlamaIndex, AG2, Strands), a managed agent (smolagents), an ``AgentTool``
-              (ADK) or a Team member (Agno: the team is coordinator, the tool
-              delegate_task_to_member)
+              LlamaIndex, AG2: an inner two-agent chat, Strands), a managed agent
+              (smolagents), an ``AgentTool`` (ADK, AutoGen) or a Team member (Agno: the
+              team is coordinator, the tool delegate_task_to_member)
 """
 
 from __future__ import annotations

@@ -163,3 +163,22 @@ py=$(env_for lc-genai $lc openai==3.57.0 opentelemetry-instrumentation-genai-lan
 py=$(env_for lc-openlit $lc openlit==1.45.0 openai==2.54.0 opentelemetry-sdk==1.45.1 \
     opentelemetry-exporter-otlp-proto-common==1.45.1)
 "$py" langchain_create_agent.py openlit
+# OpenLIT with more frameworks: an environment each (openlit pins openai < 3)
+ol="openlit==1.45.0 opentelemetry-sdk==1.45.1 opentelemetry-exporter-otlp-proto-common==1.45.1"
+py=$(env_for openlit-pydanticai $ol pydantic-ai==2.31.1)
+"$py" openlit_more.py pydanticai
+py=$(env_for openlit-smolagents $ol smolagents==1.26.0 openai==2.54.0)
+"$py" openlit_more.py smolagents
+py=$(env_for openlit-googleadk openlit==1.45.0 google-adk==2.13.0 opentelemetry-sdk==1.44.0 \
+    opentelemetry-exporter-otlp-proto-common==1.44.0)
+"$py" openlit_more.py googleadk
+py=$(env_for openlit-agno $ol agno==3.1.10)
+"$py" openlit_more.py agno
+py=$(env_for openlit-llamaindex $ol llama-index==0.14.25 llama-index-core==0.14.25)
+"$py" openlit_more.py llamaindex
+py=$(env_for openlit-ag2 $ol ag2==0.14.0)
+"$py" openlit_more.py ag2
+py=$(env_for openlit-autogen $ol autogen-agentchat==0.7.5 "autogen-ext[openai]==0.7.5")
+"$py" openlit_more.py autogen
+py=$(env_for openlit-strands $ol strands-agents==1.62.0 opentelemetry-instrumentation-threading==0.66b1)
+"$py" openlit_more.py strands

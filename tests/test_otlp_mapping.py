@@ -34,6 +34,8 @@ LOOPS = [
     "litellm_loop_root", "litellm_openllmetry_loop", "litellm_otel_request_span_loop",
     "litellm_otel_genai_loop", "smolagents_litellm_loop", "langchain_openinference_loop",
     "langchain_openllmetry_loop", "langchain_genai_loop", "langchain_openlit_loop",
+    "openlit_smolagents_loop", "openlit_pydanticai_loop", "openlit_agno_loop",
+    "openlit_autogen_loop", "openlit_strands_loop",
 ]  # fmt: skip
 NESTED = ["pydanticai_nested", "pydanticai_openinference_nested", "langgraph_genai_nested",
           "strands_nested", "strands_latest_nested", "smolagents_nested",
@@ -53,7 +55,9 @@ NESTED = ["pydanticai_nested", "pydanticai_openinference_nested", "langgraph_gen
           "litellm_nested", "litellm_openllmetry_nested", "litellm_otel_request_span_nested",
           "litellm_otel_genai_nested", "langchain_openinference_nested",
           "langchain_openllmetry_nested", "langchain_genai_nested",
-          "langgraph_openllmetry_nested"]  # fmt: skip
+          "langgraph_openllmetry_nested", "openlit_smolagents_nested",
+          "openlit_pydanticai_nested", "openlit_agno_nested", "openlit_googleadk_nested",
+          "openlit_autogen_nested", "openlit_strands_nested"]  # fmt: skip
 # Frameworks whose loops are not get_weather in a "weather_agent": (fixture, agent, tool).
 OTHER_LOOPS = [("dspy_loop", "ReAct", "search"), ("haystack_loop", "Agent", "get_weather"),
                ("beeai_loop", "assistant", "get_weather"),
@@ -254,6 +258,12 @@ def test_a_nested_agent_is_a_child_run(name: str) -> None:
         ("litellm_openllmetry_tool_error", "clean", True),
         ("litellm_otel_request_span_tool_error", "clean", True),
         ("litellm_otel_genai_tool_error", "clean", True),
+        ("openlit_smolagents_tool_error", "clean", True),  # (its tool span: name, error)
+        ("openlit_pydanticai_tool_error", "error", False),  # (no tool spans: the asked call)
+        ("openlit_agno_tool_error", "clean", True),
+        ("openlit_googleadk_tool_error", "error", True),
+        ("openlit_autogen_tool_error", "clean", True),
+        ("openlit_strands_tool_error", "clean", True),
         ("langchain_openinference_tool_error", "error", True),
         ("langchain_openinference_tool_error_handled", "clean", True),
         ("langchain_openinference_step_limit", "max_steps_reached", False),
@@ -977,3 +987,35 @@ def test_an_agent_whose_work_hangs_beside_it_has_that_work() -> None:
             runs = {run.agent_name: run for run in runs_of(name, form)}
             assert [step.tool_name for step in runs[inner].steps] == [tool], name
             assert len(runs[inner].calls) == 2
+
+
+def test_openlit_words_that_mislead() -> None:
+    """OpenLIT's spans of smolagents' steps, of Google ADK's Runner, of pydantic-ai's
+    turns (an execute_tool named for the model) and of AG2's replies (chat spans with
+    guessed tokens) are none of what they say; pydantic-ai's execute_task and Agno's
+    team workflow are agents."""
+    [smol] = runs_of("openlit_smolagents_loop")
+    assert smol.agent_name == "weather_agent" and len(smol.calls) == 4
+    [adk] = runs_of("openlit_googleadk_loop")
+    assert adk.agent_name == "weather_agent" and adk.parent_run_id is None
+    [pydantic] = runs_of("openlit_pydanticai_loop")
+    assert [s.tool_name for s in pydantic.steps] == ["get_weather"] * 3
+    [ag2] = runs_of("openlit_ag2_loop")
+    assert [c.input_tokens for c in ag2.calls] == [100, 110, 120, 130]
+    team = {run.agent_name: run for run in runs_of("openlit_agno_nested")}
+    assert team["researcher"].parent_run_id == team["coordinator"].run_id
+
+
+def test_a_tool_span_without_arguments_takes_those_the_model_asked_for_by_call_id() -> None:
+    """AutoGen's own tool spans record the call's id, not its arguments; the model span
+    that asked has both. Fresh, and with the model span arriving after the tools'."""
+    [run] = runs_of("openlit_autogen_loop")
+    assert [s.tool_input for s in run.steps] == [b'{"city": "Paris", "unit": "celsius"}'] * 3
+    assert run.loop_step_index == 1
+    spans = decode.from_json((FIXTURES / "openlit_autogen_loop.json").read_bytes())
+    tools = [s for s in spans if s.name.startswith("execute_tool")]
+    others = [s for s in spans if not s.name.startswith("execute_tool")]
+    memo: mapping.Memo = {}
+    [early] = mapping.map_trace(tools + [s for s in others if not s.name.startswith("chat")], memo)
+    assert all(step.tool_input is None for step in early.steps)
+    assert mapping.map_trace(tools + others, memo) == [run]

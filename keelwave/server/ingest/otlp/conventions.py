@@ -45,8 +45,11 @@ AI_SDK_MODEL_CALLS = frozenset((
 AI_SDK_TOOL = "ai.toolCall"
 # OpenLIT's LangGraph instrumentation: an ``invoke_agent`` span for each run of a graph's
 # node (LangChain's spans, under its LangChain scope, show the same work).
+OPENLIT = "openlit.instrumentation."
 OPENLIT_LANGGRAPH = "openlit.instrumentation.langgraph"
 OPENLIT_LANGCHAIN = "openlit.instrumentation.langchain"
+OPENLIT_GOOGLE_ADK = "openlit.instrumentation.google_adk"
+OPENLIT_PYDANTIC_AI = "openlit.instrumentation.pydantic_ai"
 # The OpenAI client's POST /responses/input_tokens (CrewAI asks before every model call),
 # which OpenInference's OpenAI instrumentor draws as an LLM span named for its answer.
 TOKEN_COUNT_REQUEST = "InputTokenCountResponse"
@@ -112,8 +115,10 @@ def role(span: Span) -> str:
         return AGENT  # an Agno team (OpenLLMetry): the run its members' runs hang off
     if openinference == "AGENT" and "ag2.sender.name" in attributes:
         return OTHER  # one agent's reply in an AG2 chat; the chat (initiate_chat) is the run
-    if operation == "invoke_agent" and span.scope == OPENLIT_LANGGRAPH:
-        return OTHER  # one run of a graph's node, beside LangChain's spans of the same
+    if span.scope.startswith(OPENLIT):
+        openlit = _openlit_role(span, operation)
+        if openlit is not None:
+            return openlit
     if openinference == "LLM" and span.name == TOKEN_COUNT_REQUEST:
         return OTHER  # the OpenAI client counting a prompt's tokens: no model call
     if span.name == LITELLM_REQUEST and span.scope == LITELLM:
@@ -137,6 +142,29 @@ def role(span: Span) -> str:
     if traceloop == "llm" or span.name.endswith(".chat"):
         return MODEL
     return OTHER
+
+
+def _openlit_role(span: Span, operation: Any) -> str | None:
+    """What OpenLIT's spans are where its words mislead (None: the conventions say)."""
+    attributes = span.attributes
+    if operation == "invoke_agent" and (
+        span.scope == OPENLIT_LANGGRAPH  # one run of a graph's node (LangChain's spans too)
+        or "gen_ai.smolagents.step_number" in attributes  # one step of a smolagents agent
+        or (span.scope == OPENLIT_GOOGLE_ADK and "gen_ai.execution.mode" in attributes)
+    ):  # (the last: ADK's Runner, named for the app, around the agent's own spans)
+        return OTHER
+    if span.scope == OPENLIT_PYDANTIC_AI:
+        if operation == "execute_task" and attributes.get("gen_ai.agent.name"):
+            return AGENT  # an agent's run
+        if operation == "execute_tool":
+            return OTHER  # one a turn, named for the model: the calls are its requests
+    if operation == "invoke_workflow" and "gen_ai.agno.team.agents" in attributes:
+        return AGENT  # an Agno team: its members' runs are its children
+    if operation == "chat" and attributes.get("gen_ai.provider.name") == "ag2":
+        return OTHER  # an AG2 agent's reply, with guessed tokens: the model spans are inside
+    if operation is None and span.name.startswith("execute_tool "):
+        return TOOL  # a smolagents tool that raised: only its name and error are left
+    return None
 
 
 def _first(attributes: dict[str, Any], *names: str) -> Any:
@@ -180,6 +208,8 @@ def agent_name(span: Span) -> str | None:
         name = _first(span.attributes, "traceloop.entity.name")
     if name is None and span.name.startswith("invoke_agent "):
         name = span.name.removeprefix("invoke_agent ")
+    if name is None:
+        name = _first(span.attributes, "gen_ai.workflow.name")  # (OpenLIT's Agno team)
     if name is None and span.name in CHAIN_AGENTS:
         name = span.name.partition(".")[0]  # the module's or component's class: "ReAct"
     if name is None and span.name not in WORKFLOW_NAMES:
@@ -241,6 +271,12 @@ def _envelope(value: Any) -> Any:
         if set(value) == {"input", "options"} and isinstance(value["input"], dict):
             return value["input"]  # BeeAI's tool call (OpenInference)
     return None
+
+
+def tool_call_id(span: Span) -> str | None:
+    """The id of the model's request a tool span ran (``gen_ai.tool.call.id``)."""
+    value = _first(span.attributes, "gen_ai.tool.call.id", "tool_call.id")
+    return str(value) if value is not None else None
 
 
 def tool_input(span: Span) -> bytes | None:

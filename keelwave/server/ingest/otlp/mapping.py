@@ -198,6 +198,8 @@ def map_trace(spans: list[Span], memo: Memo | None = None) -> list[MappedRun]:
                 for n, span in enumerate(tools, start=1)
             ]
         )
+        if not asked and any(step.tool_input is None for step in run.steps):
+            run.steps = _arguments_asked_for(run.steps, tools, calls, memo)
         if summed:  # (no model span in the trace: only the agent span can say)
             run.calls = [] if run.provisional else _summed_call(unique[key])
         else:
@@ -493,6 +495,34 @@ def _asked_steps(calls: list[Span], memo: Memo | None = None) -> list[MappedStep
                 )
             )
     return steps
+
+
+def _arguments_asked_for(
+    steps: list[MappedStep], tools: list[Span], calls: list[Span], memo: Memo | None
+) -> list[MappedStep]:
+    """Steps whose tool span has no arguments take those the model asked for under the
+    same call id (``gen_ai.tool.call.id``): AutoGen's own tool spans and Google ADK's
+    record the id, not the arguments; the model span's answer has both. (Copies: a
+    step may be remembered, and the model span may arrive later than the tool's.)"""
+    asked: dict[str, tuple[str, object]] = {}
+    for span in calls:
+        for name, raw, call_id in _asked(span, memo)[0]:
+            if call_id is not None:
+                asked[call_id] = (name, raw)
+    if not asked:
+        return steps
+    spans = {span.span_id: span for span in tools}
+    found = []
+    for step in steps:
+        call_id = c.tool_call_id(spans[step.span_id]) if step.tool_input is None else None
+        name, raw = asked.get(call_id, (None, None)) if call_id is not None else (None, None)
+        arguments = c.arguments_json(raw) if name == step.tool_name else None
+        if arguments is not None:
+            step = dataclasses.replace(
+                step, tool_input=arguments, fingerprint=fingerprint(step.tool_name, arguments)
+            )
+        found.append(step)
+    return found
 
 
 def _wrapping_step(span: Span, inner: Span, index: int) -> MappedStep:

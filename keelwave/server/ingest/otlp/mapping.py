@@ -292,16 +292,19 @@ def _work_beside_agents(unique: dict[bytes, Span], roles: dict[bytes, str]) -> N
     graph's nodes). That span is taken as the agent's child, so its work is the run's.
     (By the span's name, which storage keeps of plumbing spans; copies, re-parented:
     the spans themselves are shared with the memo.)"""
-    agents = [span_id for span_id, role in roles.items() if role == c.AGENT]
-    if not agents:
+    parents = {span.parent_span_id for span in unique.values()}
+    empty = [
+        span_id
+        for span_id, role in roles.items()
+        if role == c.AGENT and span_id not in parents and unique[span_id].parent_span_id
+    ]
+    if not empty:  # (the common case: every agent has its work inside it)
         return
     children: dict[bytes | None, list[bytes]] = {}
     for span in unique.values():
         children.setdefault(span.parent_span_id, []).append(span.span_id)
-    for span_id in agents:
+    for span_id in empty:
         span = unique[span_id]
-        if span_id in children or span.parent_span_id is None:
-            continue
         name = c.agent_name(span)
         for sibling in children.get(span.parent_span_id, ()):
             other = unique[sibling]

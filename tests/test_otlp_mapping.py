@@ -1019,3 +1019,15 @@ def test_a_tool_span_without_arguments_takes_those_the_model_asked_for_by_call_i
     [early] = mapping.map_trace(tools + [s for s in others if not s.name.startswith("chat")], memo)
     assert all(step.tool_input is None for step in early.steps)
     assert mapping.map_trace(tools + others, memo) == [run]
+
+
+@pytest.mark.parametrize("name", sorted(path.stem for path in FIXTURES.glob("*.json")))
+def test_a_span_as_stored_is_what_it_was(name: str) -> None:
+    """Storage keeps only the name, place and ending of a span that is neither agent,
+    tool nor model call: every rule must read it the same way stored, or a trace mapped
+    again from storage (the next export of it) would change its runs."""
+    from keelwave.server.ingest.otlp import conventions, stored
+
+    for span in decode.from_json((FIXTURES / f"{name}.json").read_bytes()):
+        again = stored.decode(stored.encode(span))
+        assert conventions.role(again) == conventions.role(span), span.name

@@ -50,6 +50,7 @@ OPENLIT_LANGGRAPH = "openlit.instrumentation.langgraph"
 OPENLIT_LANGCHAIN = "openlit.instrumentation.langchain"
 OPENLIT_GOOGLE_ADK = "openlit.instrumentation.google_adk"
 OPENLIT_PYDANTIC_AI = "openlit.instrumentation.pydantic_ai"
+OPENLIT_SMOLAGENTS = "openlit.instrumentation.smolagents"
 # The OpenAI client's POST /responses/input_tokens (CrewAI asks before every model call),
 # which OpenInference's OpenAI instrumentor draws as an LLM span named for its answer.
 TOKEN_COUNT_REQUEST = "InputTokenCountResponse"
@@ -162,7 +163,12 @@ def _openlit_role(span: Span, operation: Any) -> str | None:
         return AGENT  # an Agno team: its members' runs are its children
     if operation == "chat" and attributes.get("gen_ai.provider.name") == "ag2":
         return OTHER  # an AG2 agent's reply, with guessed tokens: the model spans are inside
-    if operation is None and span.name.startswith("execute_tool "):
+    if (
+        span.scope == OPENLIT_SMOLAGENTS
+        and operation is None
+        and span.status_code == 2
+        and span.name.startswith("execute_tool ")
+    ):  # (storage keeps a failed span's status and name: it stays a tool there too)
         return TOOL  # a smolagents tool that raised: only its name and error are left
     return None
 

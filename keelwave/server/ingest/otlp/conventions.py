@@ -5,7 +5,8 @@ conventions (``gen_ai.*``: pydantic-ai, Strands, OpenLLMetry's newer
 instrumentations), OpenInference (``openinference.span.kind``, ``tool.name``,
 ``input.value``, ``llm.*``: Arize's instrumentations) and OpenLLMetry's own
 (``traceloop.*``). Each reader here tries them in that order and returns one
-answer; mapping.py decides what the answers make of a trace. The fixtures in
+answer (model_calls.py reads an inference span's model call); mapping.py decides
+what the answers make of a trace. The fixtures in
 tests/otlp_fixtures show what each framework really sends; docs/otlp.md has
 the table.
 """
@@ -173,7 +174,8 @@ def _openlit_role(span: Span, operation: Any) -> str | None:
     return None
 
 
-def _first(attributes: dict[str, Any], *names: str) -> Any:
+def first_of(attributes: dict[str, Any], *names: str) -> Any:
+    """The first of these attributes the span has, not empty; None if none."""
     for name in names:
         value = attributes.get(name)
         if value not in (None, ""):
@@ -196,26 +198,26 @@ def unnamed_invocation(span: Span) -> bool:
     attributes = span.attributes
     return (
         attributes.get("gen_ai.operation.name") == "invoke_agent"
-        and _first(attributes, *AGENT_NAMES, "traceloop.entity.name") is None
+        and first_of(attributes, *AGENT_NAMES, "traceloop.entity.name") is None
     )
 
 
 def run_name(span: Span) -> str | None:
     """The name of a run made from a trace's root that is no agent: its workflow's
     name (OpenLIT's ``gen_ai.workflow.name``), else its agent name, if it says."""
-    name = _first(span.attributes, "gen_ai.workflow.name", *AGENT_NAMES)
+    name = first_of(span.attributes, "gen_ai.workflow.name", *AGENT_NAMES)
     return str(name) if name is not None else None
 
 
 def agent_name(span: Span) -> str | None:
     """The agent's own name, when the span gives one (a workflow span may not)."""
-    name = _first(span.attributes, *AGENT_NAMES)
+    name = first_of(span.attributes, *AGENT_NAMES)
     if name is None and str(span.attributes.get("traceloop.span.kind")) == "agent":
-        name = _first(span.attributes, "traceloop.entity.name")
+        name = first_of(span.attributes, "traceloop.entity.name")
     if name is None and span.name.startswith("invoke_agent "):
         name = span.name.removeprefix("invoke_agent ")
     if name is None:
-        name = _first(span.attributes, "gen_ai.workflow.name")  # (OpenLIT's Agno team)
+        name = first_of(span.attributes, "gen_ai.workflow.name")  # (OpenLIT's Agno team)
     if name is None and span.name in CHAIN_AGENTS:
         name = span.name.partition(".")[0]  # the module's or component's class: "ReAct"
     if name is None and span.name not in WORKFLOW_NAMES:
@@ -250,7 +252,7 @@ _TOOL_METHODS = (".tool", ".__call__", ".acall")
 
 
 def tool_name(span: Span) -> str:
-    name = _first(
+    name = first_of(
         span.attributes,
         "gen_ai.tool.name", "tool.name", "traceloop.entity.name", "ai.toolCall.name",
     )  # fmt: skip
@@ -281,7 +283,7 @@ def _envelope(value: Any) -> Any:
 
 def tool_call_id(span: Span) -> str | None:
     """The id of the model's request a tool span ran (``gen_ai.tool.call.id``)."""
-    value = _first(span.attributes, "gen_ai.tool.call.id", "tool_call.id")
+    value = first_of(span.attributes, "gen_ai.tool.call.id", "tool_call.id")
     return str(value) if value is not None else None
 
 
@@ -296,7 +298,7 @@ def tool_input(span: Span) -> bytes | None:
     lone string argument bare) becomes a JSON string.
     """
     attributes = span.attributes
-    raw = _first(
+    raw = first_of(
         attributes,
         "gen_ai.tool.call.arguments", "tool_call.function.arguments", "input.value",
         "traceloop.entity.input", "tool.arguments", "ai.toolCall.args",
@@ -326,7 +328,7 @@ def arguments_json(raw: Any) -> bytes | None:
 
 
 def tool_output(span: Span) -> bytes | None:
-    raw = _first(
+    raw = first_of(
         span.attributes, "gen_ai.tool.call.result", "output.value", "traceloop.entity.output",
         "ai.toolCall.result",
     )  # fmt: skip
@@ -450,11 +452,11 @@ _NOT_METADATA = (
 
 
 def run_input(span: Span) -> bytes | None:
-    return as_json(_first(span.attributes, *RUN_INPUTS))
+    return as_json(first_of(span.attributes, *RUN_INPUTS))
 
 
 def run_output(span: Span) -> bytes | None:
-    return as_json(_first(span.attributes, *RUN_OUTPUTS))
+    return as_json(first_of(span.attributes, *RUN_OUTPUTS))
 
 
 def resource_metadata(span: Span) -> dict[str, Any]:
@@ -543,90 +545,6 @@ def exception_types(span: Span) -> list[str]:
     return types
 
 
-def integer(attributes: dict[str, Any], *names: str) -> int:
-    value = _first(attributes, *names)
-    try:
-        return max(0, int(value)) if value is not None else 0
-    except (TypeError, ValueError):
-        return 0
-
-
-# Whose a model is, by its name, for the spans that do not say (AutoGen's and CrewAI's
-# OpenInference instrumentors): the families whose names are their makers' own.
-_MODEL_FAMILIES = (
-    (("gpt-", "chatgpt", "o1", "o3", "o4", "text-embedding-", "davinci", "babbage"), "openai"),
-    (("claude",), "anthropic"),
-    (("gemini", "gemma"), "google"),
-    (("mistral", "mixtral", "codestral", "ministral", "magistral", "pixtral"), "mistral"),
-    (("command",), "cohere"),
-    (("deepseek",), "deepseek"),
-    (("grok",), "xai"),
-)
-
-
-def provider_of(model: str) -> str:
-    """The maker of ``model`` when its name tells (``gpt-4o-mini-2024-07-18``: openai),
-    else "unknown"."""
-    name = model.lower().rpartition("/")[2]  # ("models/gemini-2.5-pro", "openai/gpt-4o")
-    for prefixes, provider in _MODEL_FAMILIES:
-        if name.startswith(prefixes):
-            return provider
-    return "unknown"
-
-
-def model_call(span: Span) -> dict[str, Any]:
-    """Provider, model, tokens (input includes cached input, output includes reasoning,
-    keelwave's convention) and finish reasons of an inference span."""
-    a = span.attributes
-    finish = _first(
-        a, "gen_ai.response.finish_reasons", "gen_ai.response.finish_reason", "llm.finish_reason"
-    )
-    model = str(
-        _first(a, "gen_ai.response.model", "gen_ai.request.model", "llm.model_name") or "unknown"
-    )
-    provider = _first(a, "gen_ai.provider.name", "gen_ai.system", "llm.provider", "llm.system")
-    return {
-        # (lowercased, as the conventions write them: OpenLLMetry's Haystack sends "OpenAI")
-        "provider": str(provider).lower() if provider is not None else provider_of(model),
-        "model": model,
-        "input_tokens": integer(
-            a, "gen_ai.usage.input_tokens", "llm.token_count.prompt", "gen_ai.usage.prompt_tokens"
-        ),
-        "output_tokens": integer(
-            a,
-            "gen_ai.usage.output_tokens",
-            "llm.token_count.completion",
-            "gen_ai.usage.completion_tokens",
-        ),
-        "cache_read_tokens": integer(
-            a, "gen_ai.usage.cache_read.input_tokens", "llm.token_count.prompt_details.cache_read"
-        ),
-        "reasoning_tokens": integer(
-            a,
-            "gen_ai.usage.reasoning.output_tokens",
-            "llm.token_count.completion_details.reasoning",
-        ),
-        "finish_reasons": finish_reasons(finish),
-    }
-
-
-def finish_reasons(value: Any) -> list[str]:
-    """A model call's finish reasons, lowercased, however the instrumentation wrote
-    them: an array (the convention), one string, an array as JSON text (Microsoft Agent
-    Framework: ``'["length"]'``), or an enum's name (Semantic Kernel:
-    ``FinishReason.LENGTH``)."""
-    if isinstance(value, str) and value.startswith("["):
-        parsed = _parsed(value)
-        value = parsed if isinstance(parsed, list) else value
-    items = value if isinstance(value, list) else [value] if value else []
-    return [str(item).lower().rpartition("finishreason.")[2] for item in items if item]
-
-
-# Finish reasons of a model call stopped by its token limit: OpenAI's, Anthropic's and
-# Bedrock's, Google's; and Anthropic's for a full context window.
-LENGTH_REASONS = frozenset(("length", "max_tokens", "model_context_window_exceeded"))
-
-
 def stacktrace(span: Span) -> str | None:
     """The traceback of the span's exception event (``exception.stacktrace``), if any."""
     for event in span.events:
@@ -637,16 +555,6 @@ def stacktrace(span: Span) -> str | None:
     return None
 
 
-# The older event form of a model call's messages: one event per message of the
-# prompt (its role in the name), one gen_ai.choice per choice of the response.
-_PROMPT_EVENTS = {
-    "gen_ai.system.message": "system",
-    "gen_ai.user.message": "user",
-    "gen_ai.assistant.message": "assistant",
-    "gen_ai.tool.message": "tool",
-}
-
-
 def json_value(value: Any) -> Any:
     """An attribute that holds JSON text (a message's content, often) as its value."""
     if isinstance(value, str) and value[:1] in ("{", "["):
@@ -654,47 +562,3 @@ def json_value(value: Any) -> Any:
         if parsed is not _NOT_JSON:
             return parsed
     return value
-
-
-def _indexed(attributes: dict[str, Any], prefix: str) -> list[dict[str, Any]] | None:
-    """OpenInference's flattened list ``prefix.<i>.message.<field>`` as a list of messages
-    ({field: value}, nested fields kept as their dotted path), by index."""
-    messages: dict[int, dict[str, Any]] = {}
-    for key, value in attributes.items():
-        if not key.startswith(prefix):
-            continue
-        number, _, rest = key[len(prefix) :].partition(".")
-        if not number.isdigit() or not rest:
-            continue
-        messages.setdefault(int(number), {})[rest.removeprefix("message.")] = value
-    return [messages[n] for n in sorted(messages)] if messages else None
-
-
-def _as_payload(value: Any) -> bytes | None:
-    return None if value is None else as_json(value)
-
-
-def messages(span: Span) -> tuple[bytes | None, bytes | None]:
-    """A model call's prompt and response as JSON bytes, from whichever form the span
-    carries them in: the current semantic conventions' ``gen_ai.input.messages`` and
-    ``gen_ai.output.messages`` attributes, the older events (``gen_ai.user.message``…,
-    ``gen_ai.choice``), or OpenInference's ``llm.input_messages.<i>.…``."""
-    attributes = span.attributes
-    prompt = _as_payload(attributes.get("gen_ai.input.messages") or None)
-    response = _as_payload(attributes.get("gen_ai.output.messages") or None)
-    if prompt is None:
-        events = [
-            {"role": event.attributes.get("role") or role,
-             **{k: json_value(v) for k, v in event.attributes.items() if k != "role"}}
-            for event in span.events
-            if (role := _PROMPT_EVENTS.get(event.name)) is not None
-        ]  # fmt: skip
-        prompt = _as_payload(events or _indexed(attributes, "llm.input_messages."))
-    if response is None:
-        choices = [
-            {k: json_value(v) for k, v in event.attributes.items()}
-            for event in span.events
-            if event.name == "gen_ai.choice"
-        ]
-        response = _as_payload(choices or _indexed(attributes, "llm.output_messages."))
-    return prompt, response

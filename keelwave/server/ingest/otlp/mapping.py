@@ -52,7 +52,7 @@ from typing import Any
 
 from keelwave.server.ingest.fingerprint import fingerprint
 from keelwave.server.ingest.otlp import conventions as c
-from keelwave.server.ingest.otlp import handoffs, requested
+from keelwave.server.ingest.otlp import handoffs, model_calls, requested
 from keelwave.server.ingest.otlp.decode import Span
 
 # Run ids are derived from trace and span ids, so every server computes the same.
@@ -91,7 +91,7 @@ class MappedCall:
     started_ns: int
     finish_reasons: list[str]
     step_index: int | None = None  # the step it produced (see the module's docstring)
-    input_messages: bytes | None = None  # JSON, as conventions.messages reads them
+    input_messages: bytes | None = None  # JSON, as model_calls.messages reads them
     output_messages: bytes | None = None
 
 
@@ -558,10 +558,10 @@ def _copy(call: MappedCall) -> MappedCall:
 
 def _new_call(span: Span) -> MappedCall:
     failure = c.error(span)
-    prompt, response = c.messages(span)
+    prompt, response = model_calls.messages(span)
     return MappedCall(
         span_id=span.span_id,
-        **c.model_call(span),  # provider, model, tokens and finish reasons
+        **model_calls.model_call(span),  # provider, model, tokens and finish reasons
         latency_ms=_millis(span),
         status="error" if failure else "ok",
         error=failure,
@@ -577,7 +577,7 @@ def _summed_call(span: Span) -> list[MappedCall]:
     tokens and model on its agent span only). Where model spans exist they are the
     calls, and an agent span's totals (pydantic-ai's, Strands', smolagents') are never
     counted again."""
-    details = c.model_call(span)
+    details = model_calls.model_call(span)
     if not details["input_tokens"] and not details["output_tokens"]:
         return []
     # (no latency: the span's length is the run's, not a model call's)
@@ -664,7 +664,7 @@ def _finish(run: MappedRun, span: Span, unique: dict[bytes, Span]) -> None:
         run.termination_reason = "max_steps_reached"
     elif c.error(span):
         run.termination_reason = "error"
-    elif run.calls and not c.LENGTH_REASONS.isdisjoint(run.calls[-1].finish_reasons):
+    elif run.calls and not model_calls.LENGTH_REASONS.isdisjoint(run.calls[-1].finish_reasons):
         run.termination_reason = "context_limit"
     else:
         run.termination_reason = "clean"

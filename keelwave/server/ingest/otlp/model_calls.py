@@ -109,9 +109,10 @@ _PROMPT_EVENTS = {
 }
 
 
-def _indexed(attributes: dict[str, Any], prefix: str) -> list[dict[str, Any]] | None:
-    """OpenInference's flattened list ``prefix.<i>.message.<field>`` as a list of messages
-    ({field: value}, nested fields kept as their dotted path), by index."""
+def indexed(attributes: dict[str, Any], prefix: str) -> list[dict[str, Any]] | None:
+    """A flattened list of messages, ``prefix.<i>.message.<field>`` (OpenInference) or
+    ``prefix.<i>.<field>`` (OpenLLMetry), as a list of {field: value} (nested fields
+    kept as their dotted path), by index; None if there is none."""
     messages: dict[int, dict[str, Any]] = {}
     for key, value in attributes.items():
         if not key.startswith(prefix):
@@ -142,12 +143,12 @@ def messages(span: Span) -> tuple[bytes | None, bytes | None]:
             for event in span.events
             if (role := _PROMPT_EVENTS.get(event.name)) is not None
         ]  # fmt: skip
-        prompt = _as_payload(events or _indexed(attributes, "llm.input_messages."))
+        prompt = _as_payload(events or indexed(attributes, "llm.input_messages."))
     if response is None:
         choices = [
             {k: json_value(v) for k, v in event.attributes.items()}
             for event in span.events
             if event.name == "gen_ai.choice"
         ]
-        response = _as_payload(choices or _indexed(attributes, "llm.output_messages."))
+        response = _as_payload(choices or indexed(attributes, "llm.output_messages."))
     return prompt, response

@@ -32,6 +32,7 @@ from typing import Any
 
 from keelwave.server.ingest.otlp import conventions as c
 from keelwave.server.ingest.otlp.decode import Span
+from keelwave.server.ingest.otlp.model_calls import indexed
 
 # (message index, call index, field) of the flattened forms
 _OPENINFERENCE = re.compile(
@@ -41,11 +42,6 @@ _OPENINFERENCE = re.compile(
 _OPENLLMETRY = re.compile(r"gen_ai\.completion\.(\d+)\.tool_calls\.(\d+)\.(name|arguments|id)")
 # LiteLLM's own spans: OpenAI's older function_call form, one call a message, no id
 _FUNCTION_CALL = re.compile(r"gen_ai\.completion\.(\d+)\.function_call\.(name|arguments)")
-# (message index, field) of a prompt's flattened messages: OpenInference's, OpenLLMetry's
-_PROMPT = re.compile(
-    r"(?:llm\.input_messages\.(\d+)\.message|gen_ai\.prompt\.(\d+))\.(role|tool_call_id|content)"
-)
-
 _FLATTENED = ("llm.output_messages.", "gen_ai.completion.")
 _FLATTENED_PROMPT = ("llm.input_messages.", "gen_ai.prompt.")
 # (tool name, arguments as sent: JSON text or a structured value, the call's id or None)
@@ -133,16 +129,10 @@ def tool_results(span: Span) -> dict[str, Any]:
                 if response and (call := _id(part.get("id"))) is not None:
                     results[call] = part.get("response")
         return results
-    if not any(key.startswith(_FLATTENED_PROMPT) for key in attributes):
-        return results
-    prompt: dict[int, dict[str, Any]] = {}
-    for key, value in attributes.items():
-        match = _PROMPT.fullmatch(key)
-        if match is not None:
-            index = match.group(1) or match.group(2)
-            prompt.setdefault(int(index), {})[match.group(3)] = value
-    for fields in prompt.values():
-        call = _id(fields.get("tool_call_id"))
-        if fields.get("role") == "tool" and call is not None and "content" in fields:
-            results[call] = fields["content"]
+    # (OpenInference's llm.input_messages.<i>.message.*, OpenLLMetry's gen_ai.prompt.<i>.*)
+    for prefix in _FLATTENED_PROMPT:
+        for fields in indexed(attributes, prefix) or ():
+            call = _id(fields.get("tool_call_id"))
+            if fields.get("role") == "tool" and call is not None and "content" in fields:
+                results[call] = fields["content"]
     return results

@@ -519,6 +519,20 @@ def _forced_to_answer(run: MappedRun) -> bool:
     return last is not None and c.FORCED_FINAL_ANSWER in last
 
 
+def _said_to_stop(run: MappedRun, span: Span, children: list[Span]) -> bool:
+    """A step limit that leaves no exception: the run's own output says so (Haystack's
+    ``exit_reason``, LangChain's call-limit middleware's answer), the model was told to
+    answer now (CrewAI's ``max_iter``), or tools ran that no model call saw (Vercel's
+    ``stopWhen``, Mastra's ``maxSteps``)."""
+    return (
+        c.stopped_at_limit(span)
+        or (run.output is not None and any(said in run.output for said in c.LIMIT_ANSWERS))
+        or _forced_to_answer(run)
+        or _cut_off_after_tools(span, children)
+        or _mastra_stopped_after_tools(run, span)
+    )
+
+
 def _finish(run: MappedRun, span: Span, unique: dict[bytes, Span]) -> None:
     """Set the run's end: only once its own span has ended."""
     if not span.end_ns:
@@ -530,21 +544,17 @@ def _finish(run: MappedRun, span: Span, unique: dict[bytes, Span]) -> None:
     # nothing about how the run ended, whatever its message says ("max steps").
     failures = [span, *(s for s in children if c.role(s) in (c.AGENT, c.OTHER))]
     kinds = [kind.lower() for failed in failures for kind in c.exception_types(failed)]
-    if (
-        any(limit in kind for kind in kinds for limit in c.STEP_LIMITS)
-        or c.stopped_at_limit(span)
-        or _cut_off_after_tools(span, children)
-        or _forced_to_answer(run)
-        or _mastra_stopped_after_tools(run, span)
-        or (run.output is not None and any(said in run.output for said in c.LIMIT_ANSWERS))
+    error = c.error(span)
+    if any(limit in kind for kind in kinds for limit in c.STEP_LIMITS) or _said_to_stop(
+        run, span, children
     ):
         run.termination_reason = "max_steps_reached"
-    elif c.error(span):
+    elif error:
         run.termination_reason = "error"
     elif run.calls and not model_calls.LENGTH_REASONS.isdisjoint(run.calls[-1].finish_reasons):
         run.termination_reason = "context_limit"
     else:
         run.termination_reason = "clean"
-    run.error = c.error(span)
+    run.error = error
     run.error_traceback = c.stacktrace(span)
     run.ended_ns = span.end_ns

@@ -48,7 +48,7 @@ Fetch = Callable[[str, dict], Awaitable[list[tuple]]]  # runs a statement, retur
 # is a float8, exact below 2^53 µs, about 285 years.) The lateral subqueries keep
 # Citus and the planner to one index lookup per run, and per payload.
 _RUNS = """
-    SELECT * FROM unnest(%(projects)s::uuid[], %(ids)s::uuid[]) WITH ORDINALITY
+    SELECT * FROM unnest(%(projects)b::uuid[], %(ids)b::uuid[]) WITH ORDINALITY
         AS k (project_id, run_id, n)"""
 CALLS = f"""
 WITH k AS ({_RUNS}
@@ -69,8 +69,8 @@ PAYLOADS = f"""
 WITH k AS (
     SELECT r.project_id, r.run_id, s.n, s.step_index, s.wants,
            timestamptz 'epoch' + s.started * interval '1 microsecond' AS started_at
-    FROM unnest(%(runs)s::bigint[], %(indices)s::int[], %(starts)s::bigint[],
-                %(wants)s::int[]) AS s (n, step_index, started, wants)
+    FROM unnest(%(runs)b::bigint[], %(indices)b::int[], %(starts)b::bigint[],
+                %(wants)b::int[]) AS s (n, step_index, started, wants)
     JOIN ({_RUNS}
     ) r ON r.n = s.n
 )

@@ -500,9 +500,9 @@ _FINISH_SET = """
 # (The pooled path: lifecycle.py. The writer finishes runs with FINISH_STAGED.)
 FINISH_RUNS = f"""
 WITH input AS (
-    SELECT * FROM unnest(%(ids)s::uuid[], %(ended_at)s::timestamptz[], %(reasons)s::text[],
-                         %(loops)s::boolean[], %(loop_steps)s::integer[], %(outputs)s::text[],
-                         %(errors)s::text[], %(tracebacks)s::text[])
+    SELECT * FROM unnest(%(ids)b::uuid[], %(ended_at)b::timestamptz[], %(reasons)b::text[],
+                         %(loops)b::boolean[], %(loop_steps)b::integer[], %(outputs)b::text[],
+                         %(errors)b::text[], %(tracebacks)b::text[])
         AS i (id, ended_at, reason, loop_detected, loop_step_index, output, error, traceback)
 ), old AS (
     SELECT r.project_id, r.id, r.agent_name, r.started_at, r.termination_reason AS reason,

@@ -66,7 +66,7 @@ def steps_of_runs(runs: str, sign: str = "1") -> str:
 
 _FINISHED_RUNS = """(
     SELECT r.project_id, r.id, r.started_at
-    FROM unnest(%(project_ids)s::uuid[], %(run_ids)s::uuid[]) AS f (project_id, id)
+    FROM unnest(%(project_ids)b::uuid[], %(run_ids)b::uuid[]) AS f (project_id, id)
     JOIN agent_runs r ON r.project_id = f.project_id AND r.id = f.id
 )"""
 # Add the runs just finished (project_ids[i], run_ids[i]) to the staged rollups.

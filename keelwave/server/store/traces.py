@@ -190,7 +190,7 @@ async def _store_export(
     async with pool.connection() as conn, statements.transaction(conn), conn.cursor() as cur:
         keys = sorted({trace_lock_key(project_id, trace) for trace in traces})
         await cur.execute(
-            "SELECT pg_advisory_xact_lock(%s, key) FROM unnest(%s::int[]) AS key",
+            "SELECT pg_advisory_xact_lock(%s, key) FROM unnest(%b::int[]) AS key",
             (TRACE_LOCKS, keys),
         )
         if staged:
@@ -318,7 +318,7 @@ async def _stored_runs(
 ) -> dict[bytes, dict[uuid.UUID, _Stored]]:
     await cur.execute(
         "SELECT trace_id, run_id, digest, step_digests, calls FROM otlp_runs "
-        "WHERE project_id = %s AND trace_id = ANY(%s)",
+        "WHERE project_id = %s AND trace_id = ANY(%b)",
         (project_id, traces),
     )
     found: dict[bytes, dict[uuid.UUID, _Stored]] = {}
@@ -483,12 +483,12 @@ STAGE_SPANS_DDL = (
 )
 READ_SPAN_IDS = """
 SELECT trace_id, array_agg(span_id) FROM otlp_spans
-WHERE project_id = %s AND trace_id = ANY(%s)
+WHERE project_id = %s AND trace_id = ANY(%b)
 GROUP BY trace_id
 """
 READ_SPANS = """
 SELECT s.trace_id, s.span_id, s.span
-FROM unnest(%s::bytea[], %s::bytea[]) AS k (trace_id, span_id)
+FROM unnest(%b::bytea[], %b::bytea[]) AS k (trace_id, span_id)
 JOIN otlp_spans s ON s.project_id = %s AND s.trace_id = k.trace_id AND s.span_id = k.span_id
 """
 INSERT_SPANS = """
@@ -503,7 +503,7 @@ RETURNING trace_id, span_id
 # for the same rows: a run, its counters and its loop flag (aggregates.py's
 # _FROM_RUN counts loop_detected whether or not the run has ended); its finish
 # (reason, duration, histogram bin) and its tool calls once it has ended.
-_RUNS_OF = "(SELECT * FROM agent_runs WHERE project_id = %(project_id)s AND id = ANY(%(ids)s))"
+_RUNS_OF = "(SELECT * FROM agent_runs WHERE project_id = %(project_id)s AND id = ANY(%(ids)b))"
 _TERMS = ",\n           ".join(
     f"%(sign)s * (r.termination_reason IS NOT DISTINCT FROM '{reason}')::int"
     for reason in statements.TERMINATION_COUNTERS
@@ -539,22 +539,22 @@ INSERT INTO kw_stage_tools (project_id, bucket, tool_name, duration_bin,
 {tool_rollups.stats_of_steps(f"({_STEPS_OF_ENDED_RUNS})")}
 """
 
-RUNS_OF_TRACES = "SELECT run_id FROM otlp_runs WHERE project_id = %s AND trace_id = ANY(%s)"
+RUNS_OF_TRACES = "SELECT run_id FROM otlp_runs WHERE project_id = %s AND trace_id = ANY(%b)"
 DELETE_STEPS = """
 DELETE FROM agent_steps s
-USING unnest(%(runs)s::uuid[], %(keep)s::int[]) AS k (run_id, keep)
+USING unnest(%(runs)b::uuid[], %(keep)b::int[]) AS k (run_id, keep)
 WHERE s.project_id = %(project_id)s AND s.run_id = k.run_id AND s.step_index > k.keep
 """
 DELETE_CALLS = """
 DELETE FROM ai_traces a
-USING unnest(%(runs)s::uuid[], %(ids)s::uuid[]) AS k (run_id, id)
+USING unnest(%(runs)b::uuid[], %(ids)b::uuid[]) AS k (run_id, id)
 WHERE a.project_id = %(project_id)s AND a.run_id = k.run_id AND a.id = k.id
 """
 DELETE_RUNS = """
 WITH gone AS (
-    DELETE FROM agent_runs WHERE project_id = %(project_id)s AND id = ANY(%(ids)s)
+    DELETE FROM agent_runs WHERE project_id = %(project_id)s AND id = ANY(%(ids)b)
 )
-DELETE FROM otlp_runs WHERE project_id = %(project_id)s AND run_id = ANY(%(ids)s)
+DELETE FROM otlp_runs WHERE project_id = %(project_id)s AND run_id = ANY(%(ids)b)
 """
 
 # Update the runs stored already, insert the others (their run locks are held, so no
@@ -564,12 +564,12 @@ _KEEP_TIMEOUT = "i.reason IS NULL AND r.termination_reason = 'timeout'"
 UPSERT_RUNS = f"""
 WITH input AS (
     SELECT * FROM unnest(
-        %(ids)s::uuid[], %(names)s::text[], %(parents)s::uuid[], %(started)s::timestamptz[],
-        %(ended)s::timestamptz[], %(reasons)s::text[], %(loops)s::boolean[],
-        %(loop_steps)s::int[], %(inputs)s::text[], %(outputs)s::text[], %(metadata)s::text[],
-        %(errors)s::text[], %(steps)s::int[], %(calls)s::int[], %(input_tokens)s::int8[],
-        %(output_tokens)s::int8[], %(costs)s::float8[], %(rejudge)s::boolean[],
-        %(tracebacks)s::text[]
+        %(ids)b::uuid[], %(names)b::text[], %(parents)b::uuid[], %(started)b::timestamptz[],
+        %(ended)b::timestamptz[], %(reasons)b::text[], %(loops)b::boolean[],
+        %(loop_steps)b::int[], %(inputs)b::text[], %(outputs)b::text[], %(metadata)b::text[],
+        %(errors)b::text[], %(steps)b::int[], %(calls)b::int[], %(input_tokens)b::int8[],
+        %(output_tokens)b::int8[], %(costs)b::float8[], %(rejudge)b::boolean[],
+        %(tracebacks)b::text[]
     ) AS i (id, agent_name, parent_run_id, started_at, ended_at, reason, loop_detected,
             loop_step_index, input, output, metadata, error, steps, calls, input_tokens,
             output_tokens, cost_usd, rejudge, error_traceback)
@@ -605,8 +605,8 @@ FROM input i WHERE i.id NOT IN (SELECT id FROM updated)
 
 SAVE_DIGESTS = """
 INSERT INTO otlp_runs AS o (project_id, trace_id, run_id, digest, step_digests, calls)
-SELECT %(project_id)s, * FROM unnest(%(traces)s::bytea[], %(runs)s::uuid[],
-                                     %(digests)s::bytea[], %(steps)s::bytea[], %(calls)s::bytea[])
+SELECT %(project_id)s, * FROM unnest(%(traces)b::bytea[], %(runs)b::uuid[],
+                                     %(digests)b::bytea[], %(steps)b::bytea[], %(calls)b::bytea[])
 ON CONFLICT (project_id, trace_id, run_id) DO UPDATE SET
     digest = excluded.digest, step_digests = excluded.step_digests, calls = excluded.calls
 """

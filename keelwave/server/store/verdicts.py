@@ -79,8 +79,8 @@ ORDER BY last_activity_at LIMIT %s
 # to text[], applied to a column in an UPDATE it sends to the shards.)
 _INPUT = """
     SELECT project_id, id, detected, began, kinds::text[] AS kinds, steps
-    FROM unnest(%(projects)s::uuid[], %(ids)s::uuid[], %(detected)s::boolean[],
-                %(began)s::int[], %(kinds)s::text[], %(steps)s::int[])
+    FROM unnest(%(projects)b::uuid[], %(ids)b::uuid[], %(detected)b::boolean[],
+                %(began)b::int[], %(kinds)b::text[], %(steps)b::int[])
         AS v (project_id, id, detected, began, kinds, steps)"""
 _SHARE_COLUMNS = ", ".join(statements.VERDICT_COUNTERS)
 # Save the verdicts of runs that still have the steps they were judged on, and stage

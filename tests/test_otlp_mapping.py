@@ -35,7 +35,7 @@ LOOPS = [
     "litellm_otel_genai_loop", "smolagents_litellm_loop", "langchain_openinference_loop",
     "langchain_openllmetry_loop", "langchain_genai_loop", "langchain_openlit_loop",
     "openlit_smolagents_loop", "openlit_pydanticai_loop", "openlit_agno_loop",
-    "openlit_autogen_loop", "openlit_strands_loop",
+    "openlit_autogen_loop", "openlit_strands_loop", "smolagents_genai_loop",
 ]  # fmt: skip
 NESTED = ["pydanticai_nested", "pydanticai_openinference_nested", "langgraph_genai_nested",
           "strands_nested", "strands_latest_nested", "smolagents_nested",
@@ -57,7 +57,8 @@ NESTED = ["pydanticai_nested", "pydanticai_openinference_nested", "langgraph_gen
           "langchain_openllmetry_nested", "langchain_genai_nested",
           "langgraph_openllmetry_nested", "openlit_smolagents_nested",
           "openlit_pydanticai_nested", "openlit_agno_nested", "openlit_googleadk_nested",
-          "openlit_autogen_nested", "openlit_strands_nested"]  # fmt: skip
+          "openlit_autogen_nested", "openlit_strands_nested",
+          "smolagents_genai_nested"]  # fmt: skip
 # Frameworks whose loops are not get_weather in a "weather_agent": (fixture, agent, tool).
 OTHER_LOOPS = [("dspy_loop", "ReAct", "search"), ("haystack_loop", "Agent", "get_weather"),
                ("beeai_loop", "assistant", "get_weather"),
@@ -280,6 +281,9 @@ def test_a_nested_agent_is_a_child_run(name: str) -> None:
         ("langchain_openlit_tool_error_handled", "clean", True),
         ("langchain_openlit_step_limit", "max_steps_reached", False),
         ("langchain_openlit_step_limit_recursion", "max_steps_reached", False),
+        # (no tool spans, and smolagents' prompt names no call for a failed step)
+        ("smolagents_genai_tool_error", "clean", False),
+        ("smolagents_genai_max_steps", "max_steps_reached", False),  # its finish reason
     ],
 )
 def test_errors_and_step_limits(name: str, reason: str, step_failed: bool) -> None:
@@ -662,7 +666,10 @@ _ODD_VALUES = [
     '[{"role": "tool", "parts": [{"type": "tool_call_response", "id": "call_0"}]}]',
     '[{"role": "tool", "parts": [{"type": "tool_call_response", "id": [1], "response": 2}]}]',
     '"MUST give your absolute best final answer"', '"AGENT"', '{"message": 3}',
-    '{"input_tokens": "x"}',
+    '{"input_tokens": "x"}', "max_steps", '["max_turns"]',
+    '[{"role": "MessageRole.ASSISTANT", "parts": '
+    '[{"content": "Calling tools:\\n[{\'id\': \'call_0\'}]"}]},'
+    ' {"role": "user", "parts": [{"content": "Observation:\\n"}, {"content": 5}]}]',
 ]  # fmt: skip
 _ODD_KEYS = [
     "gen_ai.output.messages", "llm.output_messages.0.message.tool_calls.0.tool_call.function.name",
@@ -935,6 +942,46 @@ def test_steps_a_model_asked_for_get_what_the_tool_returned_from_the_next_prompt
         assert [step.tool_output for step in run.steps] == [output] * 3, name
     [failed] = runs_of("crewai_openllmetry_tool_error")
     assert failed.steps[0].tool_output.startswith(b'"Error executing tool: connection refused')
+
+
+def test_smolagents_tool_results_are_read_from_its_observations() -> None:
+    """smolagents writes a step into the prompt as text: "Calling tools:" with the calls
+    (a Python list naming their ids), then "Observation:" with the result. A step of one
+    call gets that result; a step of several calls shares one observation, which is
+    nobody's alone."""
+    [run] = runs_of("smolagents_genai_loop")
+    assert [step.tool_output for step in run.steps[:3]] == [b'"18 degrees celsius in Paris"'] * 3
+    outer, inner = sorted(runs_of("smolagents_genai_nested"), key=lambda run: run.started_ns)
+    assert outer.steps[0].tool_name == "researcher"
+    assert b"a keel is the backbone" in outer.steps[0].tool_output.lower()
+    assert inner.steps[0].tool_output == b'"keel: the structural backbone of a ship"'
+
+    spans = decode.from_json((FIXTURES / "smolagents_genai_loop.json").read_bytes())
+    chats = sorted((s for s in spans if s.name.startswith("chat")), key=lambda s: s.start_ns)
+    both = [
+        {
+            "role": "assistant",
+            "parts": [
+                {
+                    "type": "tool_call",
+                    "id": call,
+                    "name": "get_weather",
+                    "arguments": {"city": city},
+                }
+            ],
+        }  # fmt: skip
+        for call, city in (("call_a", "Paris"), ("call_b", "Lyon"))
+    ]
+    chats[0].attributes["gen_ai.output.messages"] = json.dumps(
+        [{"role": "assistant", "parts": both[0]["parts"] + both[1]["parts"]}]
+    )
+    calling = "Calling tools:\n[{'id': 'call_a', 'type': 'function'}, {'id': 'call_b'}]"
+    chats[1].attributes["gen_ai.input.messages"] = json.dumps([
+        {"role": "MessageRole.ASSISTANT", "parts": [{"type": "text", "content": calling}]},
+        {"role": "MessageRole.USER", "parts": [{"type": "text", "content": "Observation:\nboth"}]},
+    ])  # fmt: skip
+    [run] = runs_of("smolagents_genai_loop", spans)
+    assert [step.tool_output for step in run.steps[:2]] == [None, None]
 
 
 @pytest.mark.parametrize("name", [*LOOPS, "crewai_openllmetry_tool_error", "haystack_loop"])

@@ -46,7 +46,11 @@ py=$(env_for langgraph-genai langgraph==1.2.24 langchain-core==1.8.3 \
 "$py" langgraph_react.py genai
 py=$(env_for smolagents-openinference smolagents==1.26.0 openai==3.57.0 \
     openinference-instrumentation-smolagents==0.1.43 $otel)
-"$py" smolagents_openinference.py
+"$py" smolagents_agent.py openinference
+py=$(env_for smolagents-genai smolagents==1.26.0 openai==3.63.0 \
+    opentelemetry-instrumentation-genai-smolagents==1.2b0 \
+    opentelemetry-instrumentation-genai-openai==1.3b0 opentelemetry-util-genai==1.3b0 $otel)
+"$py" smolagents_agent.py genai
 py=$(env_for strands strands-agents==1.62.0 opentelemetry-sdk==1.45.1 \
     opentelemetry-instrumentation-threading==0.66b1 opentelemetry-exporter-otlp-proto-common==1.45.2)
 "$py" strands_agents.py

@@ -66,7 +66,8 @@ GRAPHS = ("langgraph", "langchain_create_agent")
 LIMIT_ANSWERS = (b"Model call limits exceeded: ", b" call limit reached: ")
 # What CrewAI tells the model when an agent reaches its max_iter: answer, no more tools.
 FORCED_FINAL_ANSWER = b"MUST give your absolute best final answer"
-# A run's own output saying a step limit stopped it (Haystack's Agent: exit_reason).
+# A run's own output saying a step limit stopped it (Haystack's Agent: exit_reason), or
+# its own finish reason (smolagents under OpenTelemetry's instrumentation: max_steps).
 LIMIT_EXITS = ("max_agent_steps", "max_steps", "max_iterations", "max_turns")
 # LlamaIndex (OpenInference) gives every method of an LLM class a span of kind LLM, this
 # one too, though it only prepares the arguments of the chat call that follows it.

@@ -521,11 +521,14 @@ def _forced_to_answer(run: MappedRun) -> bool:
 
 def _said_to_stop(run: MappedRun, span: Span, children: list[Span]) -> bool:
     """A step limit that leaves no exception: the run's own output says so (Haystack's
-    ``exit_reason``, LangChain's call-limit middleware's answer), the model was told to
-    answer now (CrewAI's ``max_iter``), or tools ran that no model call saw (Vercel's
+    ``exit_reason``, LangChain's call-limit middleware's answer), its own finish reason
+    does (OpenTelemetry's smolagents instrumentation: ``max_steps``), the model was told
+    to answer now (CrewAI's ``max_iter``), or tools ran that no model call saw (Vercel's
     ``stopWhen``, Mastra's ``maxSteps``)."""
+    reasons = model_calls.finish_reasons(span.attributes.get("gen_ai.response.finish_reasons"))
     return (
         c.stopped_at_limit(span)
+        or any(reason in c.LIMIT_EXITS for reason in reasons)
         or (run.output is not None and any(said in run.output for said in c.LIMIT_ANSWERS))
         or _forced_to_answer(run)
         or _cut_off_after_tools(span, children)

@@ -22,7 +22,10 @@ A response names its tool calls in one of four forms:
 What a tool returned is not in the span that asked for it, but in the prompt of the
 model call after it, by the call's id (:func:`tool_results`): a GenAI
 ``tool_call_response`` part, or OpenInference's / OpenLLMetry's flattened ``tool``
-message with its ``tool_call_id``.
+message with its ``tool_call_id``. smolagents writes its steps into the prompt as text
+of its own: an assistant message ``Calling tools:\n[{'id': 'call_0', …}]`` (a Python
+list), then a user message ``Observation:\n<what the tool returned>``; the result of a
+step that made one call is read from there (several calls share one observation).
 """
 
 from __future__ import annotations
@@ -44,6 +47,10 @@ _OPENLLMETRY = re.compile(r"gen_ai\.completion\.(\d+)\.tool_calls\.(\d+)\.(name|
 _FUNCTION_CALL = re.compile(r"gen_ai\.completion\.(\d+)\.function_call\.(name|arguments)")
 _FLATTENED = ("llm.output_messages.", "gen_ai.completion.")
 _FLATTENED_PROMPT = ("llm.input_messages.", "gen_ai.prompt.")
+# smolagents' tool steps as prompt text (module docstring)
+SMOLAGENTS_CALLS = "Calling tools:\n"
+SMOLAGENTS_OBSERVATION = "Observation:\n"
+_SMOLAGENTS_ID = re.compile(r"'id': '([^'\\]*)'")
 # (tool name, arguments as sent: JSON text or a structured value, the call's id or None)
 Call = tuple[str, Any, str | None]
 
@@ -121,13 +128,24 @@ def tool_results(span: Span) -> dict[str, Any]:
     messages = attributes.get("gen_ai.input.messages")
     results: dict[str, Any] = {}
     if messages:
+        asked: list[str] = []  # the ids of smolagents' "Calling tools" text just before
         parsed = c.json_value(messages)
         for message in parsed if isinstance(parsed, list) else []:
             parts = message.get("parts") if isinstance(message, dict) else None
             for part in parts if isinstance(parts, list) else []:
-                response = isinstance(part, dict) and part.get("type") == "tool_call_response"
-                if response and (call := _id(part.get("id"))) is not None:
-                    results[call] = part.get("response")
+                if not isinstance(part, dict):
+                    continue
+                if part.get("type") == "tool_call_response":
+                    if (call := _id(part.get("id"))) is not None:
+                        results[call] = part.get("response")
+                    continue
+                text = part.get("content")
+                if not isinstance(text, str):
+                    continue
+                if text.startswith(SMOLAGENTS_CALLS):
+                    asked = _SMOLAGENTS_ID.findall(text)
+                elif text.startswith(SMOLAGENTS_OBSERVATION) and len(asked) == 1:
+                    results[asked.pop()] = text[len(SMOLAGENTS_OBSERVATION) :]
         return results
     # (OpenInference's llm.input_messages.<i>.message.*, OpenLLMetry's gen_ai.prompt.<i>.*)
     for prefix in _FLATTENED_PROMPT:

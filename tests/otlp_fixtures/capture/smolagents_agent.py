@@ -1,8 +1,16 @@
-"""Capture smolagents' ToolCallingAgent through OpenInference's instrumentor (no network).
+"""Capture smolagents' ToolCallingAgent through an instrumentation (no network).
 
-Run: python tests/otlp_fixtures/capture/smolagents_openinference.py
-Needs: smolagents openai openinference-instrumentation-smolagents opentelemetry-sdk
-       opentelemetry-exporter-otlp-proto-common
+Run: python tests/otlp_fixtures/capture/smolagents_agent.py [openinference|genai]
+Needs: smolagents openai opentelemetry-sdk opentelemetry-exporter-otlp-proto-common, and
+       openinference-instrumentation-smolagents (mode openinference, the default:
+       smolagents_<scenario>.json) or opentelemetry-instrumentation-genai-smolagents with
+       opentelemetry-instrumentation-genai-openai (mode genai: OpenTelemetry's own,
+       content capture on; smolagents_genai_<scenario>.json)
+
+OpenTelemetry's smolagents instrumentation makes the agent's ``invoke_agent`` span and
+``chat`` spans of the in-process model classes only, and no tool spans: an agent on an
+API model gets its model spans from that client's instrumentation (here the OpenAI
+client's), whose answers name the tool calls the model asked for.
 
 OpenInference wraps ``generate`` of the model classes that ``smolagents.models``
 exports, so a model span needs one of them: the scenarios use smolagents' real
@@ -25,10 +33,11 @@ Scenarios (one fixture each, smolagents_<scenario>.json):
 from __future__ import annotations
 
 import json
+import os
 import re
+import sys
 
 from _otlp import Capture
-from openinference.instrumentation.smolagents import SmolagentsInstrumentor
 from smolagents import OpenAIModel, ToolCallingAgent, tool
 from smolagents.models import (
     ChatMessage,
@@ -44,8 +53,26 @@ try:  # openai >= 3 is built on httpx2, a fork of httpx with the same API
 except ImportError:
     import httpx
 
-cap = Capture("keelwave-capture-smolagents")
-SmolagentsInstrumentor().instrument(tracer_provider=cap.provider)
+INSTRUMENTATION = sys.argv[1] if len(sys.argv) > 1 else "openinference"
+if INSTRUMENTATION == "openinference":
+    from openinference.instrumentation.smolagents import SmolagentsInstrumentor
+
+    cap = Capture("keelwave-capture-smolagents")
+    SmolagentsInstrumentor().instrument(tracer_provider=cap.provider)
+    PREFIX = "smolagents"
+elif INSTRUMENTATION == "genai":
+    # The upstream GenAI instrumentations record content only when told to.
+    os.environ["OTEL_SEMCONV_STABILITY_OPT_IN"] = "gen_ai_latest_experimental"
+    os.environ["OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"] = "SPAN_ONLY"
+    from opentelemetry.instrumentation.genai.openai import OpenAIInstrumentor
+    from opentelemetry.instrumentation.genai.smolagents import SmolagentsInstrumentor
+
+    cap = Capture("keelwave-capture-smolagents-genai")
+    SmolagentsInstrumentor().instrument(tracer_provider=cap.provider)
+    OpenAIInstrumentor().instrument(tracer_provider=cap.provider)
+    PREFIX = "smolagents_genai"
+else:
+    raise SystemExit(f"unknown instrumentation {INSTRUMENTATION!r}: openinference or genai")
 
 # What an OpenAI model sends: the arguments as a JSON string (note the spacing).
 LOOP_ARGS = '{"city": "Paris",  "unit": "celsius"}'
@@ -203,7 +230,7 @@ def main() -> None:
         verbosity_level=0,
     )
     print(agent.run("Weather in Paris?"))
-    cap.save("smolagents_loop")
+    cap.save(f"{PREFIX}_loop")
 
     agent = ToolCallingAgent(
         tools=[fetch_page],
@@ -212,7 +239,7 @@ def main() -> None:
         verbosity_level=0,
     )
     print(agent.run("Fetch example.com"))
-    cap.save("smolagents_tool_error")
+    cap.save(f"{PREFIX}_tool_error")
 
     inner = ToolCallingAgent(
         tools=[lookup],
@@ -229,7 +256,7 @@ def main() -> None:
         verbosity_level=0,
     )
     print(outer.run("What is a keel?"))
-    cap.save("smolagents_nested")
+    cap.save(f"{PREFIX}_nested")
 
     agent = ToolCallingAgent(
         tools=[get_weather],
@@ -239,7 +266,7 @@ def main() -> None:
         verbosity_level=0,
     )
     print(agent.run("Weather in Paris?"))
-    cap.save("smolagents_max_steps")
+    cap.save(f"{PREFIX}_max_steps")
 
     agent = ToolCallingAgent(
         tools=[get_weather],
@@ -248,7 +275,7 @@ def main() -> None:
         verbosity_level=0,
     )
     print(agent.run("Weather in Paris?"))
-    cap.save("smolagents_custom_model")
+    cap.save(f"{PREFIX}_custom_model")
     cap.shutdown()
 
 

@@ -36,6 +36,8 @@ LOOPS = [
     "langchain_openllmetry_loop", "langchain_genai_loop", "langchain_openlit_loop",
     "openlit_smolagents_loop", "openlit_pydanticai_loop", "openlit_agno_loop",
     "openlit_autogen_loop", "openlit_strands_loop", "smolagents_genai_loop",
+    "anthropic_client_handloop_agent", "anthropic_client_openllmetry_handloop_agent",
+    "anthropic_client_genai_handloop_agent",
 ]  # fmt: skip
 NESTED = ["pydanticai_nested", "pydanticai_openinference_nested", "langgraph_genai_nested",
           "strands_nested", "strands_latest_nested", "smolagents_nested",
@@ -937,9 +939,20 @@ def test_steps_a_model_asked_for_get_what_the_tool_returned_from_the_next_prompt
         ("openai_client_genai_handloop_agent", b'"18 degrees"'),  # GenAI
         ("crewai_openllmetry_loop", b'"18 degrees celsius in Paris"'),
         ("openlit_crewai_loop", b'"18 degrees celsius in Paris"'),
+        # Anthropic's tool_result blocks, by tool_use_id, in all three instrumentations
+        ("anthropic_client_handloop_agent", b'"18 degrees"'),
+        ("anthropic_client_openllmetry_handloop_agent", b'"18 degrees"'),
+        ("anthropic_client_genai_handloop_agent", b'"18 degrees"'),
     ):
         [run] = runs_of(name)
         assert [step.tool_output for step in run.steps] == [output] * 3, name
+    for prefix in ("anthropic_client", "anthropic_client_openllmetry", "anthropic_client_genai"):
+        [run] = runs_of(f"{prefix}_handloop_tool_error")
+        assert [step.tool_output for step in run.steps] == [
+            b'"connection refused"',
+            b'"18 degrees"',
+            b'"18 degrees"',
+        ]
     [failed] = runs_of("crewai_openllmetry_tool_error")
     assert failed.steps[0].tool_output.startswith(b'"Error executing tool: connection refused')
 

@@ -101,6 +101,15 @@ py=$(env_for agno-genai agno==3.1.10 opentelemetry-instrumentation-genai-agno==1
 "$py" agno_agent.py genai
 py=$(env_for openai-client-genai openai==3.63.0 opentelemetry-instrumentation-genai-openai==1.3b0 $otel)
 "$py" openai_client.py genai
+for mode in openinference openllmetry genai; do
+    case "$mode" in
+        openinference) pkg=openinference-instrumentation-anthropic==3.1.0 ;;
+        openllmetry) pkg=opentelemetry-instrumentation-anthropic==0.62.4 ;;
+        genai) pkg=opentelemetry-instrumentation-genai-anthropic==1.3b0 ;;
+    esac
+    py=$(env_for "anthropic-client-$mode" anthropic==2.17.0 "$pkg" $otel)
+    "$py" anthropic_client.py "$mode"
+done
 py=$(env_for dspy-genai dspy==3.4.1 opentelemetry-instrumentation-genai-dspy==1.3b0 $otel)
 "$py" dspy_react.py genai
 py=$(env_for llamaindex-genai llama-index-core==0.14.25 \

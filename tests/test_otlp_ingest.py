@@ -11,6 +11,7 @@ import uuid
 import zlib
 
 import aiohttp
+import psycopg
 import pytest
 from conftest import Api, assert_sketches_stored, make_project, make_settings, query
 from google.rpc import status_pb2
@@ -414,3 +415,88 @@ async def test_a_run_timed_out_before_its_agent_span_came_is_finished_by_it(
     rollups = stored(db_url, project.id)["run_rollups"]
     assert rollups == rollups_recomputed(db_url, project.id)
     assert [(row[12], row[16]) for row in rollups] == [(1, 0)]  # clean 1, timeout 0
+
+
+def _as_trace(doc: dict, number: int, city: str = "Paris") -> dict:
+    """The export with its trace id made ``number``'s own (and the city asked about)."""
+    text = json.dumps(doc).replace("Paris", city)
+    for _, _, span in spans_of(doc):
+        text = text.replace(span["traceId"], f"{number:032x}")
+    return json.loads(text)
+
+
+async def _while_the_writes_wait(
+    api, key: str, project_id: uuid.UUID, conn: psycopg.Connection, first: dict, others: list
+) -> list[tuple[int, bytes]]:
+    """Send ``first`` twice while its trace's lock is held elsewhere (as a long
+    transaction of another server would hold it): both exports wait for it, and so take
+    the writes the project may have under way at once. Then send ``others``, which wait
+    in the server's queue, and let the lock go. The answers, first's two first."""
+    [trace] = {span["traceId"] for _, _, span in spans_of(first)}
+    lock = (traces.TRACE_LOCKS, traces.trace_lock_key(project_id, bytes.fromhex(trace)))
+    conn.execute("SELECT pg_advisory_lock(%s, %s)", lock)
+    held = [asyncio.create_task(send(api, key, first)) for _ in range(2)]
+    for _ in range(200):
+        [(waiting,)] = conn.execute(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+        ).fetchall()
+        if waiting:
+            break
+        await asyncio.sleep(0.05)
+    queued = [asyncio.create_task(send(api, key, other)) for other in others]
+    await asyncio.sleep(1)  # (they reach the server and wait: both writes are taken)
+    conn.execute("SELECT pg_advisory_unlock(%s, %s)", lock)
+    return await asyncio.gather(*held, *queued)
+
+
+async def test_exports_that_wait_are_committed_together_and_a_refused_one_alone(
+    api, project, db_url
+) -> None:
+    """Exports of one project that arrive while its transactions are under way are
+    written together by the next one (group commit); each is answered after the commit
+    that holds it. One the database refuses is refused alone: its group is written
+    again export by export, and the others are stored once."""
+    key, project_id = project.keys["ingest"], uuid.UUID(project.id)
+    doc = document("openaiagents_loop")
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE kw_test_commits (tx bigint)")
+        conn.execute(
+            "CREATE FUNCTION kw_test_commit() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+            "INSERT INTO kw_test_commits VALUES (txid_current()); RETURN NULL; END $$"
+        )
+        conn.execute(
+            "CREATE TRIGGER kw_test_commit AFTER INSERT ON otlp_spans "
+            "FOR EACH STATEMENT EXECUTE FUNCTION kw_test_commit()"
+        )
+        answers = await _while_the_writes_wait(
+            api, key, project_id, conn, _as_trace(doc, 1), [_as_trace(doc, n) for n in range(2, 12)]
+        )
+        assert [status for status, _ in answers] == [200] * 12
+        # The first export's transaction (its twin finds its spans stored: nothing to
+        # commit), then one for the ten that waited.
+        [(transactions,)] = conn.execute("SELECT count(DISTINCT tx) FROM kw_test_commits")
+        assert transactions == 2
+
+        # A real refusal by the database: a data exception raised for one city's steps.
+        conn.execute(
+            "CREATE FUNCTION kw_test_poison() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+            "RAISE EXCEPTION 'poisoned input' USING ERRCODE = '22023'; END $$"
+        )
+        conn.execute(
+            "CREATE TRIGGER kw_test_poison BEFORE INSERT ON agent_steps FOR EACH ROW "
+            "WHEN (NEW.tool_input::text LIKE '%Poison%') EXECUTE FUNCTION kw_test_poison()"
+        )
+        others = [_as_trace(doc, n, "Poison" if n == 17 else "Paris") for n in range(13, 23)]
+        answers = await _while_the_writes_wait(
+            api, key, project_id, conn, _as_trace(doc, 12), others
+        )
+    statuses = [status for status, _ in answers]
+    poisoned = 2 + 4  # (trace 17, the fifth of those that waited)
+    assert statuses[poisoned] == 400 and b"poisoned input" in answers[poisoned][1]
+    assert statuses[:poisoned] + statuses[poisoned + 1 :] == [200] * 11
+    data = stored(db_url, project.id)
+    assert len(data["runs"]) == 21 and len(data["steps"]) == 3 * 21  # each once; not 17
+    [(spans,)] = query(
+        db_url, "SELECT count(*) FROM otlp_spans WHERE project_id = %s", (project_id,)
+    )
+    assert spans == 21 * len(spans_of(doc))

@@ -45,6 +45,7 @@ of it arrives.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import operator
 import uuid
 from dataclasses import dataclass, field
@@ -114,6 +115,7 @@ class MappedRun:
     error_traceback: str | None = None
 
 
+@functools.lru_cache(maxsize=16_384)  # (a trace is mapped again with each export)
 def run_id(trace_id: bytes, span_id: bytes) -> uuid.UUID:
     return uuid.uuid5(RUN_NAMESPACE, f"{trace_id.hex()}:{span_id.hex()}")
 
@@ -122,8 +124,9 @@ def run_id(trace_id: bytes, span_id: bytes) -> uuid.UUID:
 # stored once: a caller mapping a trace again as more of it arrives can pass a memo
 # (per project: ids are the client's) so that old spans are not read again.
 # What a span mapped to, by span id; for a model call's span, also (by its id and b"?")
-# the tool calls its answer asked for and the results its prompt carries (requested.py).
-Memo = dict[bytes, "MappedStep | MappedCall | _Asked"]
+# the tool calls its answer asked for and the results its prompt carries (requested.py);
+# for every span (by its id and b"r") its role.
+Memo = dict[bytes, "MappedStep | MappedCall | _Asked | str"]
 
 
 def map_trace(spans: list[Span], memo: Memo | None = None) -> list[MappedRun]:
@@ -133,7 +136,7 @@ def map_trace(spans: list[Span], memo: Memo | None = None) -> list[MappedRun]:
         unique.setdefault(span.span_id, span)  # a span sent twice counts once
     if not unique:
         return []
-    roles = {span_id: c.role(span) for span_id, span in unique.items()}
+    roles = {span_id: _role(span, memo) for span_id, span in unique.items()}
     structure.work_beside_agents(unique, roles)
     structure.parts_of_agents(unique, roles)
     structure.graphs_in_tools(unique, roles)
@@ -208,6 +211,17 @@ def map_trace(spans: list[Span], memo: Memo | None = None) -> list[MappedRun]:
         if not run.provisional:
             _finish(run, unique[key], unique)
     return sorted(mapped.values(), key=lambda run: (run.started_ns, str(run.run_id)))
+
+
+def _role(span: Span, memo: Memo | None) -> str:
+    """The span's role by the conventions, remembered (a function of the span alone)."""
+    if memo is None:
+        return c.role(span)
+    key = span.span_id + b"r"
+    role = memo.get(key)
+    if not isinstance(role, str):
+        role = memo[key] = c.role(span)
+    return role
 
 
 def _run(

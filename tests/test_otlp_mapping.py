@@ -37,7 +37,7 @@ LOOPS = [
     "openlit_smolagents_loop", "openlit_pydanticai_loop", "openlit_agno_loop",
     "openlit_autogen_loop", "openlit_strands_loop", "smolagents_genai_loop",
     "anthropic_client_handloop_agent", "anthropic_client_openllmetry_handloop_agent",
-    "anthropic_client_genai_handloop_agent",
+    "anthropic_client_genai_handloop_agent", "openaiagents_mcp_loop",
 ]  # fmt: skip
 NESTED = ["pydanticai_nested", "pydanticai_openinference_nested", "langgraph_genai_nested",
           "strands_nested", "strands_latest_nested", "smolagents_nested",
@@ -668,7 +668,7 @@ _ODD_VALUES = [
     '[{"role": "tool", "parts": [{"type": "tool_call_response", "id": "call_0"}]}]',
     '[{"role": "tool", "parts": [{"type": "tool_call_response", "id": [1], "response": 2}]}]',
     '"MUST give your absolute best final answer"', '"AGENT"', '{"message": 3}',
-    '{"input_tokens": "x"}', "max_steps", '["max_turns"]',
+    '{"input_tokens": "x"}', "max_steps", '["max_turns"]', '{"tool_name": "t", "arguments": 5}',
     '[{"role": "MessageRole.ASSISTANT", "parts": '
     '[{"content": "Calling tools:\\n[{\'id\': \'call_0\'}]"}]},'
     ' {"role": "user", "parts": [{"content": "Observation:\\n"}, {"content": 5}]}]',
@@ -684,11 +684,13 @@ _ODD_KEYS = [
     "llm.output_messages.0.message.tool_calls.0.tool_call.id", "gen_ai.operation.name",
     "mlflow.spanType", "mlflow.chat.tokenUsage", "error", "logfire.msg_template",
     "langsmith.span.kind", "langsmith.metadata.langgraph_checkpoint_ns", "name",
+    "traceloop.entity.input", "traceloop.span.kind",
 ]  # fmt: skip
 # Scopes whose spans are rewritten (dialects.py) or read by scope (OpenLIT's).
 _ODD_SCOPES = [
     "", "mlflow.tracing.provider", "logfire.openai_agents", "langsmith",
     "openlit.instrumentation.langchain", "openlit.instrumentation.langgraph",
+    "opentelemetry.instrumentation.mcp.instrumentation",
 ]  # fmt: skip
 
 
@@ -1091,3 +1093,23 @@ def test_a_span_as_stored_is_what_it_was(name: str) -> None:
     for span in decode.from_json((FIXTURES / f"{name}.json").read_bytes()):
         again = stored.decode(stored.encode(span))
         assert conventions.role(again) == conventions.role(span), span.name
+
+
+def test_an_mcp_tool_call_is_one_step_with_the_calls_own_arguments() -> None:
+    """OpenLLMetry's MCP client span sits inside the Agents SDK's own tool span: one step,
+    not two. Where no framework span wraps it (an agent of one's own), it is the step,
+    its {"tool_name", "arguments"} input unwrapped to the call's arguments."""
+    [run] = runs_of("openaiagents_mcp_loop")
+    assert [step.tool_name for step in run.steps] == ["get_weather"] * 3
+    spans = decode.from_json((FIXTURES / "openaiagents_mcp_loop.json").read_bytes())
+    by_id = {span.span_id: span for span in spans}
+    alone = []
+    for span in spans:
+        if span.name == "get_weather" and span.scope.startswith("openinference"):
+            continue  # (the framework's tool span gone: the MCP call's parent is the turn)
+        if span.name == "get_weather.tool":
+            span.parent_span_id = by_id[span.parent_span_id].parent_span_id
+        alone.append(span)
+    [run] = [run for run in runs_of("openaiagents_mcp_loop", alone) if run.steps]
+    assert [step.tool_input for step in run.steps] == [b'{"city": "Paris", "unit": "celsius"}'] * 3
+    assert run.loop_step_index == 1

@@ -13,6 +13,11 @@ Run: python tests/otlp_fixtures/capture/openaiagents.py openinference
        needs openai-agents opentelemetry-instrumentation-openai-agents-v2 (the
        contrib repository's newer one, GenAI conventions, same import path as
        OpenLLMetry's) writes openaiagents_v2_<scenario>.json
+     python tests/otlp_fixtures/capture/openaiagents.py mcp
+       needs openai-agents openinference-instrumentation-openai-agents 'mcp<2'
+       opentelemetry-instrumentation-mcp (OpenLLMetry's, which mcp 2 breaks): the loop
+       with get_weather served by an MCP server (mcp_weather_server.py, over stdio);
+       writes openaiagents_mcp_loop.json only
 All need opentelemetry-sdk opentelemetry-exporter-otlp-proto-common.
 
 In the Agents SDK the *model* opens the span for a model call (the Responses model a
@@ -46,6 +51,7 @@ import asyncio
 import json
 import os
 import sys
+from pathlib import Path
 
 from _otlp import Capture
 from agents import (
@@ -104,9 +110,18 @@ elif INSTRUMENTATION == "v2":
     set_trace_processors([])
     OpenAIAgentsInstrumentor().instrument(tracer_provider=cap.provider)
     PREFIX = "openaiagents_v2"
+elif INSTRUMENTATION == "mcp":
+    # OpenInference for the agents, OpenLLMetry's MCP instrumentation for the MCP client:
+    # each MCP tool call is a span inside the Agents SDK's own function span.
+    from openinference.instrumentation.openai_agents import OpenAIAgentsInstrumentor
+    from opentelemetry.instrumentation.mcp import McpInstrumentor
+
+    OpenAIAgentsInstrumentor().instrument(tracer_provider=cap.provider)
+    McpInstrumentor().instrument(tracer_provider=cap.provider)
+    PREFIX = "openaiagents_mcp"
 else:
     raise SystemExit(
-        f"unknown instrumentation {INSTRUMENTATION!r}: openinference, openllmetry, genai or v2"
+        f"unknown instrumentation {INSTRUMENTATION!r}: openinference, openllmetry, genai, v2 or mcp"
     )
 
 # What an OpenAI model sends: the arguments as a JSON string (note the spacing).
@@ -348,7 +363,26 @@ class ScriptedModel(Model):
         raise NotImplementedError
 
 
+async def mcp_loop() -> None:
+    from agents.mcp import MCPServerStdio
+
+    server = Path(__file__).with_name("mcp_weather_server.py")
+    params = {"command": sys.executable, "args": [str(server)]}
+    async with MCPServerStdio(params=params, name="weather") as weather:
+        agent = Agent(
+            name="weather_agent",
+            instructions="Answer weather questions.",
+            model=responses_model("fake-loop-model"),
+            mcp_servers=[weather],
+        )
+        print((await Runner.run(agent, "Weather in Paris?")).final_output)
+    cap.save(f"{PREFIX}_loop")
+    cap.shutdown()
+
+
 async def main() -> None:
+    if INSTRUMENTATION == "mcp":
+        return await mcp_loop()
     agent = Agent(
         name="weather_agent",
         instructions="Answer weather questions.",

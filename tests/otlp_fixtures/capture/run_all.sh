@@ -35,6 +35,9 @@ py=$(env_for openaiagents-openllmetry openai-agents==0.24.0 openai==3.57.0 \
 py=$(env_for openaiagents-genai openai-agents==0.24.0 openai==3.57.0 \
     opentelemetry-instrumentation-genai-openai-agents==1.3b0 $otel)
 "$py" openaiagents.py genai
+py=$(env_for openaiagents-mcp openai-agents==0.24.0 openai==3.57.0 mcp==1.30.0 \
+    openinference-instrumentation-openai-agents==2.6.0 opentelemetry-instrumentation-mcp==0.62.4 $otel)
+"$py" openaiagents.py mcp
 py=$(env_for langgraph-openinference langgraph==1.2.24 langchain-core==1.8.3 \
     openinference-instrumentation-langchain==0.1.80 $otel)
 "$py" langgraph_react.py openinference

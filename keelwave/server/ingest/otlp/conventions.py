@@ -59,6 +59,8 @@ TOKEN_COUNT_REQUEST = "InputTokenCountResponse"
 LITELLM, LITELLM_REQUEST = "litellm", "litellm_request"
 # Mastra's OpenTelemetry exporter (@mastra/otel-exporter): GenAI spans of its own.
 MASTRA = "@mastra/otel-exporter"
+# OpenLLMetry's MCP client instrumentation: a tool call's input is {"tool_name", "arguments"}.
+OPENLLMETRY_MCP = "opentelemetry.instrumentation.mcp"
 # LangChain's metadata naming a graph: LangGraph's own, and LangChain 1's create_agent.
 GRAPHS = ("langgraph", "langchain_create_agent")
 # What LangChain's call-limit middleware answers for the model when it ends a run
@@ -308,7 +310,18 @@ def tool_input(span: Span) -> bytes | None:
         raw = _event_attribute(span, "gen_ai.tool.message", "content", "arguments")
     if raw is None:
         raw = _adk_legacy(attributes, ADK_ARGUMENTS)
+    if span.scope.startswith(OPENLLMETRY_MCP):
+        raw = _mcp_arguments(raw)
     return arguments_json(raw)
+
+
+def _mcp_arguments(raw: Any) -> Any:
+    """The call's own arguments out of an MCP client span's ``{"tool_name", "arguments"}``
+    (only there: a tool of one's own may well take exactly those two parameters)."""
+    parsed = _parsed(raw) if isinstance(raw, str) else raw
+    if isinstance(parsed, dict) and set(parsed) == {"tool_name", "arguments"}:
+        return parsed["arguments"]
+    return raw
 
 
 def arguments_json(raw: Any) -> bytes | None:

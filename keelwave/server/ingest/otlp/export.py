@@ -179,6 +179,7 @@ class TraceIngest:
             self._queued.pop(project_id, None)
 
     async def _write(self, project_id: uuid.UUID, group: list[_Queued]) -> None:
+        stopping = False
         try:
             try:
                 await self._commit(project_id, group)
@@ -200,6 +201,7 @@ class TraceIngest:
                 if not queued.done.done():
                     queued.done.set_exception(error)
         except BaseException:  # (cancelled: the server is stopping)
+            stopping = True
             for queued in group:
                 queued.done.cancel()
             raise
@@ -207,7 +209,8 @@ class TraceIngest:
             self._writing[project_id] -= 1
             if not self._writing[project_id]:
                 del self._writing[project_id]
-            self._start(project_id)
+            if not stopping:
+                self._start(project_id)
 
     async def _commit(self, project_id: uuid.UUID, group: list[_Queued]) -> None:
         """One transaction for the group's exports; what the database said, translated."""

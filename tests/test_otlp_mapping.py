@@ -38,6 +38,7 @@ LOOPS = [
     "openlit_autogen_loop", "openlit_strands_loop", "smolagents_genai_loop",
     "anthropic_client_handloop_agent", "anthropic_client_openllmetry_handloop_agent",
     "anthropic_client_genai_handloop_agent", "openaiagents_mcp_loop",
+    "google_genai_handloop_agent",
 ]  # fmt: skip
 NESTED = ["pydanticai_nested", "pydanticai_openinference_nested", "langgraph_genai_nested",
           "strands_nested", "strands_latest_nested", "smolagents_nested",
@@ -957,6 +958,19 @@ def test_steps_a_model_asked_for_get_what_the_tool_returned_from_the_next_prompt
         ]
     [failed] = runs_of("crewai_openllmetry_tool_error")
     assert failed.steps[0].tool_output.startswith(b'"Error executing tool: connection refused')
+
+
+def test_a_tool_result_is_its_own_calls_where_call_ids_repeat() -> None:
+    """OpenTelemetry's Google Gen AI instrumentation names each function call by its tool
+    and its place in the model's answer (Gemini's calls carry no id): three calls of one
+    tool, each alone in its answer, are all ``get_weather_0``. A step's result is the one
+    the next prompt added for it, not the last one sent under that id."""
+    [run] = runs_of("google_genai_handloop_tool_error")
+    assert [step.tool_output for step in run.steps] == [
+        b'{"error": "connection refused"}', b'{"result": "18 degrees"}', b'{"result": "18 degrees"}'
+    ]  # fmt: skip
+    [run] = runs_of("google_genai_handloop_agent")
+    assert [step.tool_output for step in run.steps] == [b'{"result": "18 degrees"}'] * 3
 
 
 def test_smolagents_tool_results_are_read_from_its_observations() -> None:

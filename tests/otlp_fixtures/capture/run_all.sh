@@ -113,6 +113,9 @@ for mode in openinference openllmetry genai; do
     py=$(env_for "anthropic-client-$mode" anthropic==2.17.0 "$pkg" $otel)
     "$py" anthropic_client.py "$mode"
 done
+py=$(env_for google-genai-client google-genai==2.34.0 \
+    opentelemetry-instrumentation-google-genai==1.3b0 $otel)
+"$py" google_genai_client.py
 py=$(env_for dspy-genai dspy==3.4.1 opentelemetry-instrumentation-genai-dspy==1.3b0 $otel)
 "$py" dspy_react.py genai
 py=$(env_for llamaindex-genai llama-index-core==0.14.25 \

@@ -367,14 +367,11 @@ def _asked_steps(calls: list[Span], memo: Memo | None = None) -> list[MappedStep
     returned is read from a later call's prompt, by the call's id, where the trace has
     both; how long it took and whether it failed are not in the trace."""
     asked = [_asked(span, memo) for span in calls]
-    results: dict[str, object] = {}
-    for _, carried in asked:
-        results.update(carried)
     steps: list[MappedStep] = []
-    for span, (requests, _) in zip(calls, asked, strict=True):
+    for position, (span, (requests, _)) in enumerate(zip(calls, asked, strict=True)):
         for number, (name, raw, call_id) in enumerate(requests):
             arguments = c.arguments_json(raw)
-            output = results.get(call_id) if call_id is not None else None
+            output = _result(call_id, asked[position + 1 :])
             steps.append(
                 MappedStep(
                     span_id=span.span_id + number.to_bytes(4, "big"),
@@ -389,6 +386,20 @@ def _asked_steps(calls: list[Span], memo: Memo | None = None) -> list[MappedStep
                 )
             )
     return steps
+
+
+def _result(call_id: str | None, later: list[_Asked]) -> object:
+    """What a tool returned, from the first later prompt that carries its call's id.
+    Ids may repeat within a run (OpenTelemetry's Google Gen AI instrumentation names a
+    call by its tool and its place in the answer: ``get_weather_0`` each time), so not
+    from any prompt: the first one after the call holds its result as the last under
+    that id (tool_results keeps the last), the ones after it may hold newer ones."""
+    if call_id is None:
+        return None
+    for _, carried in later:
+        if call_id in carried:
+            return carried[call_id]
+    return None
 
 
 def _arguments_asked_for(

@@ -123,7 +123,8 @@ def _flattened(attributes: dict[str, Any]) -> list[Call]:
 
 def tool_results(span: Span) -> dict[str, Any]:
     """What the tools returned, by the id of the call, as the model span's prompt
-    carries them (the answers to the calls an earlier model call asked for)."""
+    carries them (the answers to the calls an earlier model call asked for); where an
+    id repeats in the prompt, the last result under it (the newest call's)."""
     attributes = span.attributes
     messages = attributes.get("gen_ai.input.messages")
     results: dict[str, Any] = {}

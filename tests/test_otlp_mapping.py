@@ -4,6 +4,7 @@ once, and a result that does not depend on the order or repetition of spans."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 from pathlib import Path
@@ -971,6 +972,33 @@ def test_a_tool_result_is_its_own_calls_where_call_ids_repeat() -> None:
     ]  # fmt: skip
     [run] = runs_of("google_genai_handloop_agent")
     assert [step.tool_output for step in run.steps] == [b'{"result": "18 degrees"}'] * 3
+
+
+def test_a_tool_span_without_arguments_takes_those_of_the_call_that_asked_it() -> None:
+    """Where call ids repeat, a tool span that records only the id takes the arguments of
+    the model call that asked for it: the last to start before the tool did."""
+    spans = decode.from_json((FIXTURES / "google_genai_handloop_agent.json").read_bytes())
+    chats = sorted(
+        (s for s in spans if s.name.startswith("generate_content")), key=lambda s: s.start_ns
+    )
+    tools = []
+    for number, (chat, city) in enumerate(zip(chats, ("Paris", "Lyon", "Nice"), strict=False)):
+        chat.attributes["gen_ai.output.messages"] = json.dumps([{"role": "assistant", "parts": [
+            {"type": "tool_call", "id": "get_weather_0", "name": "get_weather",
+             "arguments": {"city": city}}]}])  # fmt: skip
+        tools.append(dataclasses.replace(
+            chat, span_id=bytes([9, 9, 9, 9, 9, 9, 9, number]), name="execute_tool get_weather",
+            start_ns=chat.end_ns + 1, end_ns=chat.end_ns + 2, events=[],
+            attributes={"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "get_weather",
+                        "gen_ai.tool.call.id": "get_weather_0"},
+        ))  # fmt: skip
+    [run] = runs_of("google_genai_handloop_agent", spans + tools)
+    assert [step.tool_input for step in run.steps] == [
+        b'{"city": "Paris"}',
+        b'{"city": "Lyon"}',
+        b'{"city": "Nice"}',
+    ]
+    assert run.loop_step_index is None
 
 
 def test_smolagents_tool_results_are_read_from_its_observations() -> None:

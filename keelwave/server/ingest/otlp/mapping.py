@@ -407,20 +407,25 @@ def _arguments_asked_for(
 ) -> list[MappedStep]:
     """Steps whose tool span has no arguments take those the model asked for under the
     same call id (``gen_ai.tool.call.id``): AutoGen's own tool spans and Google ADK's
-    record the id, not the arguments; the model span's answer has both. (Copies: a
-    step may be remembered, and the model span may arrive later than the tool's.)"""
-    asked: dict[str, tuple[str, object]] = {}
-    for span in calls:
+    record the id, not the arguments; the model span's answer has both. Where an id
+    repeats (made up from the tool's name by some instrumentations), the model call
+    that asked is the last one to start before the tool did. (Copies: a step may be
+    remembered, and the model span may arrive later than the tool's.)"""
+    asked: dict[str, list[tuple[int, str, object]]] = {}
+    for span in calls:  # (in the order they started)
         for name, raw, call_id in _asked(span, memo)[0]:
             if call_id is not None:
-                asked[call_id] = (name, raw)
+                asked.setdefault(call_id, []).append((span.start_ns, name, raw))
     if not asked:
         return steps
     spans = {span.span_id: span for span in tools}
     found = []
     for step in steps:
         call_id = c.tool_call_id(spans[step.span_id]) if step.tool_input is None else None
-        name, raw = asked.get(call_id, (None, None)) if call_id is not None else (None, None)
+        name, raw = None, None
+        for started, *request in asked.get(call_id, []) if call_id is not None else []:
+            if name is None or started <= step.started_ns:
+                name, raw = request
         arguments = c.arguments_json(raw) if name == step.tool_name else None
         if arguments is not None:
             step = dataclasses.replace(

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from keelwave.sdk import fingerprint
-from keelwave.server.ingest.otlp import decode, dialects, mapping
+from keelwave.server.ingest.otlp import conventions, decode, dialects, mapping
 
 FIXTURES = Path(__file__).resolve().parent / "otlp_fixtures"
 LOOPS = [
@@ -671,6 +671,8 @@ _ODD_VALUES = [
     '[{"role": "tool", "parts": [{"type": "tool_call_response", "id": [1], "response": 2}]}]',
     '"MUST give your absolute best final answer"', '"AGENT"', '{"message": 3}',
     '{"input_tokens": "x"}', "max_steps", '["max_turns"]', '{"tool_name": "t", "arguments": 5}',
+    "{'city': 'Paris'}", "{'a': {1, 2}, 'b': 1e999, 'c': b'x'}", "{'a': __import__('os')}",
+    "{'a': " + "[" * 3000 + "]" * 3000 + "}",
     '[{"role": "MessageRole.ASSISTANT", "parts": '
     '[{"content": "Calling tools:\\n[{\'id\': \'call_0\'}]"}]},'
     ' {"role": "user", "parts": [{"content": "Observation:\\n"}, {"content": 5}]}]',
@@ -1155,3 +1157,19 @@ def test_an_mcp_tool_call_is_one_step_with_the_calls_own_arguments() -> None:
     [run] = [run for run in runs_of("openaiagents_mcp_loop", alone) if run.steps]
     assert [step.tool_input for step in run.steps] == [b'{"city": "Paris", "unit": "celsius"}'] * 3
     assert run.loop_step_index == 1
+
+
+def test_openlit_langchain_arguments_written_as_python_are_read_as_the_dict_they_are() -> None:
+    """OpenLIT's LangChain tool spans write a call's arguments as a Python dict's repr:
+    they are stored and fingerprinted as the canonical JSON of that dict (read as a
+    literal only: no code runs), the same bytes as the structured arguments of others."""
+    for name in ("langchain_openlit_loop", "openlit_langgraph_loop"):
+        [run] = runs_of(name)
+        assert [step.tool_input for step in run.steps] == [
+            b'{"city": "Paris", "unit": "celsius"}'
+        ] * 3, name
+    spans = decode.from_json((FIXTURES / "langchain_openlit_loop.json").read_bytes())
+    [tool, *_] = [span for span in spans if span.name.startswith("execute_tool")]
+    for raw in ("{'a': __import__('os')}", "{'a': " + "[" * 3000 + "]" * 3000 + "}", "['x']"):
+        tool.attributes["gen_ai.tool.call.arguments"] = raw
+        assert conventions.tool_input(tool) == json.dumps(raw).encode()  # kept as text

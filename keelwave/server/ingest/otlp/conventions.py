@@ -13,6 +13,7 @@ the table.
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 from typing import Any
@@ -312,7 +313,27 @@ def tool_input(span: Span) -> bytes | None:
         raw = _adk_legacy(attributes, ADK_ARGUMENTS)
     if span.scope.startswith(OPENLLMETRY_MCP):
         raw = _mcp_arguments(raw)
+    elif span.scope == OPENLIT_LANGCHAIN:
+        raw = _python_literal(raw)
     return arguments_json(raw)
+
+
+PYTHON_LITERAL_MAX = 65_536  # characters: longer ones stay text
+
+
+def _python_literal(raw: Any) -> Any:
+    """OpenLIT's LangChain tool spans write the arguments as a Python dict's ``repr``
+    (``{'city': 'Paris'}``): the dict, where it is one and no JSON, read as a literal
+    only (no code runs); else ``raw`` as it came."""
+    if not isinstance(raw, str) or not raw.startswith("{") or len(raw) > PYTHON_LITERAL_MAX:
+        return raw
+    if _parsed(raw) is not _NOT_JSON:
+        return raw
+    try:
+        value = ast.literal_eval(raw)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return raw
+    return value if isinstance(value, dict) else raw
 
 
 def _mcp_arguments(raw: Any) -> Any:

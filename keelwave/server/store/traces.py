@@ -1,6 +1,7 @@
 """OTLP traces: the spans kept as they came, and the runs projected from them.
 
-One export is one transaction (:func:`store_export`):
+One export (or several that waited for each other: ingest/otlp/export.py commits
+them together) is one transaction (:func:`store_export`):
 
 1. Lock the export's traces (advisory locks in their own namespace, in key
    order), so two exports of one trace run one after the other.

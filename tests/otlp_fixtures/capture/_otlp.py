@@ -61,6 +61,31 @@ class Capture:
     def shutdown(self) -> None:
         self.provider.shutdown()
 
+    def agent_span(self, name: str):
+        """The span a hand-written agent opens around its loop, marked as an agent
+        (``invoke_agent <name>``, ``gen_ai.agent.name``), as docs/otlp.md advises."""
+        attributes = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": name}
+        tracer = self.provider.get_tracer("hand-written-agent")
+        return tracer.start_as_current_span(f"invoke_agent {name}", attributes=attributes)
+
+
+class ScriptedTurns:
+    """A fake model API for a hand-written loop (an ``httpx.MockTransport`` handler):
+    turns 0-2 ask for get_weather, turn 3 answers; ``answer(turn)`` writes the
+    provider's response for a turn, its tokens 100 + 10n in and 20 + n out."""
+
+    TOOL_TURNS = 3
+
+    def __init__(self) -> None:
+        self.turn = 0
+
+    def __call__(self, request):  # (httpx or httpx2, whichever the client sends through)
+        turn, self.turn = self.turn, self.turn + 1
+        return self.answer(turn)
+
+    def answer(self, turn: int):
+        raise NotImplementedError
+
 
 def to_otlp_json(request: ExportTraceServiceRequest) -> dict:
     body = json_format.MessageToDict(request, use_integers_for_enums=True)

@@ -33,7 +33,7 @@ import json
 import os
 import sys
 
-from _otlp import Capture
+from _otlp import Capture, ScriptedTurns
 from anthropic import Anthropic
 
 INSTRUMENTATION = sys.argv[1] if len(sys.argv) > 1 else "openinference"
@@ -61,7 +61,6 @@ else:
         f"unknown instrumentation {INSTRUMENTATION!r}: openinference, openllmetry or genai"
     )
 AnthropicInstrumentor().instrument(tracer_provider=cap.provider)
-tracer = cap.provider.get_tracer("hand-written-agent")
 ARGUMENTS = {"city": "Paris", "unit": "celsius"}
 TOOLS = [{
     "name": "get_weather", "description": "Current weather for a city.",
@@ -70,15 +69,11 @@ TOOLS = [{
 }]  # fmt: skip
 
 
-class Model:
-    """Three turns asking for get_weather, then the answer; tokens by turn."""
+class Model(ScriptedTurns):
+    """The Messages API's answers."""
 
-    def __init__(self) -> None:
-        self.turn = 0
-
-    def __call__(self, request: httpx.Request) -> httpx.Response:
-        n, self.turn = self.turn, self.turn + 1
-        if n < 3:
+    def answer(self, n: int) -> httpx.Response:
+        if n < self.TOOL_TURNS:
             content = [
                 {"type": "text", "text": "Let me look."},
                 {"type": "tool_use", "id": f"toolu_{n}", "name": "get_weather",
@@ -122,11 +117,10 @@ def agent_loop(fail_at: int | None = None) -> str:
 
 
 def main() -> None:
-    agent = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "weather_agent"}
-    with tracer.start_as_current_span("invoke_agent weather_agent", attributes=agent):
+    with cap.agent_span("weather_agent"):
         agent_loop()
     cap.save(f"{PREFIX}_handloop_agent")
-    with tracer.start_as_current_span("invoke_agent weather_agent", attributes=agent):
+    with cap.agent_span("weather_agent"):
         agent_loop(fail_at=0)
     cap.save(f"{PREFIX}_handloop_tool_error")
     cap.shutdown()

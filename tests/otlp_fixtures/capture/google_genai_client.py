@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import os
 
-from _otlp import Capture
+from _otlp import Capture, ScriptedTurns
 
 os.environ["OTEL_SEMCONV_STABILITY_OPT_IN"] = "gen_ai_latest_experimental"
 os.environ["OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"] = "SPAN_ONLY"
@@ -38,7 +38,6 @@ except ImportError:  # pragma: no cover
 
 cap = Capture("keelwave-capture-google-genai")
 GoogleGenAiSdkInstrumentor().instrument(tracer_provider=cap.provider)
-tracer = cap.provider.get_tracer("hand-written-agent")
 ARGUMENTS = {"city": "Paris", "unit": "celsius"}
 TOOL = types.Tool(function_declarations=[types.FunctionDeclaration(
     name="get_weather", description="Current weather for a city.",
@@ -50,15 +49,11 @@ CONFIG = types.GenerateContentConfig(
 )
 
 
-class Model:
-    """Three turns asking for get_weather, then the answer; tokens by turn."""
+class Model(ScriptedTurns):
+    """The Gemini API's answers."""
 
-    def __init__(self) -> None:
-        self.turn = 0
-
-    def __call__(self, request: httpx.Request) -> httpx.Response:
-        n, self.turn = self.turn, self.turn + 1
-        if n < 3:
+    def answer(self, n: int) -> httpx.Response:
+        if n < self.TOOL_TURNS:
             parts = [{"functionCall": {"name": "get_weather", "args": ARGUMENTS}}]
         else:
             parts = [{"text": "It is 18 degrees in Paris."}]
@@ -95,11 +90,10 @@ def agent_loop(fail_at: int | None = None) -> str:
 
 
 def main() -> None:
-    agent = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "weather_agent"}
-    with tracer.start_as_current_span("invoke_agent weather_agent", attributes=agent):
+    with cap.agent_span("weather_agent"):
         agent_loop()
     cap.save("google_genai_handloop_agent")
-    with tracer.start_as_current_span("invoke_agent weather_agent", attributes=agent):
+    with cap.agent_span("weather_agent"):
         agent_loop(fail_at=0)
     cap.save("google_genai_handloop_tool_error")
     cap.shutdown()

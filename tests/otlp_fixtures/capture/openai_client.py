@@ -31,7 +31,7 @@ except ImportError:  # pragma: no cover
 import os
 import sys
 
-from _otlp import Capture
+from _otlp import Capture, ScriptedTurns
 from openai import OpenAI
 
 INSTRUMENTATION = sys.argv[1] if len(sys.argv) > 1 else "openinference"
@@ -60,15 +60,11 @@ TOOLS = [{"type": "function", "function": {
 }}]  # fmt: skip
 
 
-class Model:
-    """Three turns asking for get_weather, then the answer; tokens by turn."""
+class Model(ScriptedTurns):
+    """Chat Completions' answers."""
 
-    def __init__(self) -> None:
-        self.turn = 0
-
-    def __call__(self, request: httpx.Request) -> httpx.Response:
-        n, self.turn = self.turn, self.turn + 1
-        if n < 3:
+    def answer(self, n: int) -> httpx.Response:
+        if n < self.TOOL_TURNS:
             call = {"id": f"call_{n}", "type": "function",
                     "function": {"name": "get_weather", "arguments": ARGUMENTS}}  # fmt: skip
             message = {"role": "assistant", "content": None, "tool_calls": [call]}
@@ -106,8 +102,7 @@ def main() -> None:
     with tracer.start_as_current_span("weather_agent"):
         agent_loop()
     cap.save(f"{PREFIX}_handloop_root")
-    agent = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "weather_agent"}
-    with tracer.start_as_current_span("invoke_agent weather_agent", attributes=agent):
+    with cap.agent_span("weather_agent"):
         agent_loop()
     cap.save(f"{PREFIX}_handloop_agent")
     cap.shutdown()

@@ -313,27 +313,23 @@ def tool_input(span: Span) -> bytes | None:
         raw = _adk_legacy(attributes, ADK_ARGUMENTS)
     if span.scope.startswith(OPENLLMETRY_MCP):
         raw = _mcp_arguments(raw)
-    elif span.scope == OPENLIT_LANGCHAIN:
-        raw = _python_literal(raw)
-    return arguments_json(raw)
+    # (OpenLIT's LangChain tool spans write the arguments as a Python dict's repr)
+    return arguments_json(raw, python_dicts=span.scope == OPENLIT_LANGCHAIN)
 
 
 PYTHON_LITERAL_MAX = 65_536  # characters: longer ones stay text
 
 
-def _python_literal(raw: Any) -> Any:
-    """OpenLIT's LangChain tool spans write the arguments as a Python dict's ``repr``
-    (``{'city': 'Paris'}``): the dict, where it is one and no JSON, read as a literal
-    only (no code runs); else ``raw`` as it came."""
-    if not isinstance(raw, str) or not raw.startswith("{") or len(raw) > PYTHON_LITERAL_MAX:
-        return raw
-    if _parsed(raw) is not _NOT_JSON:
-        return raw
+def _python_dict(text: str) -> dict | None:
+    """``text`` read as a Python dict literal (``{'city': 'Paris'}``) where it is one:
+    a literal only, no code runs."""
+    if not text.startswith("{") or len(text) > PYTHON_LITERAL_MAX:
+        return None
     try:
-        value = ast.literal_eval(raw)
+        value = ast.literal_eval(text)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-        return raw
-    return value if isinstance(value, dict) else raw
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def _mcp_arguments(raw: Any) -> Any:
@@ -345,9 +341,10 @@ def _mcp_arguments(raw: Any) -> Any:
     return raw
 
 
-def arguments_json(raw: Any) -> bytes | None:
+def arguments_json(raw: Any, python_dicts: bool = False) -> bytes | None:
     """A tool call's arguments, however sent, as the bytes keelwave fingerprints
-    (tool_input's rules)."""
+    (tool_input's rules); with ``python_dicts``, text that is no JSON but a Python
+    dict's repr as that dict."""
     if raw is None:
         return None
     if not isinstance(raw, str):
@@ -355,7 +352,8 @@ def arguments_json(raw: Any) -> bytes | None:
         return canonical_json(raw if inner is None else inner).encode()
     parsed = _parsed(raw)
     if parsed is _NOT_JSON:
-        return canonical_json(raw).encode()
+        value = _python_dict(raw) if python_dicts else None
+        return canonical_json(raw).encode() if value is None else arguments_json(value)
     inner = _envelope(parsed)
     if inner is not None:
         return canonical_json(inner).encode()

@@ -121,6 +121,42 @@ async def test_secrets_behind_json_escapes_are_not_stored(
     assert first == {"dsn": "postgres://app:[REDACTED]@db.internal:5432/shop"}
 
 
+async def test_one_secret_among_many_clean_steps_is_redacted_and_the_rest_kept_as_sent(
+    api: Api, project: Project, db_url: str
+) -> None:
+    """A request's payloads are screened together: one secret anywhere in it is still
+    found, only its own payload changes, and every clean one is stored as it was sent."""
+    _, started, _ = await api.post(
+        "/v1/ingest/agent/runs", json={"agent_name": "batch-agent"}, headers=project.auth()
+    )
+    run_id = started["data"]["id"]
+    sent = [
+        {"run_id": run_id, "step_index": n, "tool_name": "search",
+         "tool_input": {"query": f"weather in city {n}", "limit": n},
+         "tool_output": {"items": [{"title": f"result {n}", "snippet": "sunny"}]}}
+        for n in range(1, 101)
+    ]  # fmt: skip
+    sent[36]["tool_output"]["items"][0]["snippet"] = f"use {SECRETS[0]} here"
+    sent[81]["tool_input"]["api_key"] = "not-a-pattern-but-a-secret-key"
+    status, _, _ = await api.post("/v1/ingest/agent/steps", json=sent, headers=project.auth())
+    assert status == 200
+    rows = query(
+        db_url,
+        "SELECT step_index, tool_input::text, tool_output::text FROM agent_steps "
+        "WHERE project_id = %s ORDER BY step_index",
+        (uuid.UUID(project.id),),
+    )
+    assert len(rows) == 100
+    for index, given, output in rows:
+        if index == 37:
+            assert SECRETS[0] not in output and "[REDACTED]" in output
+        elif index == 82:
+            assert json.loads(given)["api_key"] == "[REDACTED]"
+        else:  # byte for byte what aiohttp's json.dumps sent
+            assert given == json.dumps(sent[index - 1]["tool_input"]), index
+            assert output == json.dumps(sent[index - 1]["tool_output"]), index
+
+
 async def test_secrets_in_otlp_spans_are_not_stored(api: Api, project: Project, db_url) -> None:
     trace, agent = uuid.uuid4().hex, "a" * 16
 

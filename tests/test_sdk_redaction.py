@@ -581,6 +581,21 @@ def test_the_server_stores_the_same_with_either_screen(value: object, attributes
     assert BUILTIN.attributes(attributes) == with_re.attributes(attributes)
 
 
+@settings(max_examples=1500, deadline=None)
+@given(st.lists(st.none() | texts | values.map(canonical_json), max_size=12))
+def test_a_requests_payloads_screened_together_are_cleared_as_one_by_one(payloads) -> None:
+    """The one call for a whole request clears exactly the payloads that the screen of
+    each alone clears, wherever their matches are and whatever is next to them."""
+    one_pass = _one_pass_screen()
+    data = [None if p is None else p.encode("utf-8", "surrogatepass") for p in payloads]
+    one_by_one = {n for n, payload in enumerate(data) if payload and one_pass(payload)}
+    assert one_by_one <= one_pass.suspects(data)
+    from keelwave.server.redaction import BUILTIN, ServerRedaction
+
+    with_re = ServerRedaction(screen=None)
+    assert BUILTIN.json_payloads(data) == [with_re.json_payload(p) for p in data]
+
+
 def test_a_hyperscan_that_refuses_the_machine_leaves_the_re_screen(monkeypatch, caplog) -> None:
     from keelwave.server import screen
 

@@ -37,7 +37,7 @@ from typing import Any
 import msgspec
 
 from keelwave.sdk import Redaction
-from keelwave.server.screen import Screen, builtin_screen
+from keelwave.server.screen import OnePassScreen, builtin_screen
 
 MAX_PATTERNS = 50
 MAX_PATTERN_LENGTH = 500
@@ -77,7 +77,9 @@ _SCREEN = builtin_screen()
 class ServerRedaction:
     """One project's rules: the built-in set, plus its own patterns."""
 
-    def __init__(self, patterns: tuple[str, ...] = (), screen: Screen | None = _SCREEN) -> None:
+    def __init__(
+        self, patterns: tuple[str, ...] = (), screen: OnePassScreen | None = _SCREEN
+    ) -> None:
         self.patterns = patterns
         self._rules = Redaction(patterns=patterns)
         # Patterns run on every payload: then nothing is screened.
@@ -97,9 +99,27 @@ class ServerRedaction:
             return None
         if self._screen is not None and not self._screen(raw):
             return raw  # screened as the bytes came, without decoding them
+        return self._redacted(raw)
+
+    def _redacted(self, raw: msgspec.Raw | bytes) -> msgspec.Raw | bytes:
         text = bytes(raw).decode("utf-8", "surrogatepass")
         redacted = self._rules.redact_json(text)
         return raw if redacted is text else redacted.encode("utf-8", "surrogatepass")
+
+    def json_payloads(self, raws: list[Any]) -> list[Any]:
+        """:meth:`json_payload` of each of ``raws`` (a request's tool inputs and
+        outputs), screened in one call for them all where Hyperscan screens: a
+        screen call costs about as much as the scan itself. Only the payloads the
+        screen does not clear are read and redacted."""
+        if self._screen is None:
+            return [self.json_payload(raw) for raw in raws]
+        suspects = self._screen.suspects(raws)
+        if not suspects:
+            return raws
+        return [
+            self._redacted(raw) if raw is not None and n in suspects else raw
+            for n, raw in enumerate(raws)
+        ]
 
     def json_text(self, text: str | None) -> str | None:
         """The same for a payload held as text (a finish's output)."""

@@ -243,6 +243,10 @@ async def ingest_steps(request: web.Request) -> web.Response:
     now = datetime.now(UTC)
     expired = retention_cutoff(principal, now)
     seen: set[tuple[int, int]] = set()  # (run id as UUID.int: hashed in C, step_index)
+    # Stored redacted; fingerprinted as sent (server/redaction.py), sketched as stored.
+    sent = [payload_as_sent(step.tool_input) for step in steps]
+    sent += [payload_as_sent(step.tool_output) for step in steps]
+    stored = rules.json_payloads(sent)
     rows = []
     for position, step in enumerate(steps):
         check_name(step.tool_name, "tool_name", position if is_array else None)
@@ -260,8 +264,7 @@ async def ingest_steps(request: web.Request) -> web.Response:
         started = timestamp(step.started_at, now)
         if expired is not None and started < expired:
             continue  # past the project's retention: see retention_cutoff
-        # Stored redacted; fingerprinted as sent (server/redaction.py), sketched as stored.
-        stored_input = rules.json_payload(payload_as_sent(step.tool_input))
+        stored_input = stored[position]
         rows.append(
             (
                 principal.project_uuid,
@@ -270,7 +273,7 @@ async def ingest_steps(request: web.Request) -> web.Response:
                 step.step_type,
                 step.tool_name,
                 stored_input,
-                rules.json_payload(payload_as_sent(step.tool_output)),
+                stored[len(steps) + position],
                 rules.text(clean_text(step.content)),
                 fingerprint(step.tool_name, step.tool_input),
                 started,

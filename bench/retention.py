@@ -48,13 +48,11 @@ import psycopg
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from history import BACKFILL  # noqa: E402
-from scale_data import DAILY_ROLLUPS  # noqa: E402
 from serve_process import ServeProcess  # noqa: E402
 
 from keelwave.db import keys as key_store  # noqa: E402
 from keelwave.db import migrate  # noqa: E402
-from keelwave.server.store import tool_rollups  # noqa: E402
-from keelwave.server.store.histogram import bin_sql  # noqa: E402
+from keelwave.server.store.recount import recount  # noqa: E402
 
 TABLES = ("agent_runs", "agent_steps", "ai_traces", "agent_run_rollups", "agent_tool_rollups")
 NAME = "kw_bench_retention"
@@ -70,10 +68,9 @@ def build(admin_url: str, runs: int, compress: bool) -> tuple[str, str, str, lis
         created = key_store.create_key(conn, "bench", "all")
         started = time.perf_counter()
         conn.execute(BACKFILL.format(runs=runs, project=created.project_id))
-        # As the server would have left them: judged, and counted in every rollup.
+        # As the server would have left them: counted in every rollup, and judged.
+        recount(conn, created.project_id)
         conn.execute("UPDATE agent_runs SET verdict_steps = step_count")
-        for statement in ROLLUPS:
-            conn.execute(statement)
         print(f"  history: {runs} runs in {time.perf_counter() - started:.0f} s", flush=True)
         if compress:
             for table in ("agent_steps", "ai_traces"):
@@ -89,32 +86,6 @@ def build(admin_url: str, runs: int, compress: bool) -> tuple[str, str, str, lis
             )
         ]
     return url, created.key, created.project_id, recent
-
-
-_FINISHED = "(SELECT project_id, id, started_at FROM agent_runs WHERE ended_at IS NOT NULL)"
-ROLLUPS = (
-    """
-    INSERT INTO agent_run_rollups (project_id, agent_name, bucket, runs, finished_runs, steps,
-                                   llm_calls, input_tokens, output_tokens, cost_usd,
-                                   duration_ms_sum, term_clean)
-    SELECT project_id, agent_name, date_trunc('hour', started_at, 'UTC'), count(*),
-           count(ended_at), sum(step_count), sum(llm_calls), sum(input_tokens),
-           sum(output_tokens), sum(cost_usd), coalesce(sum(duration_ms), 0), count(*)
-    FROM agent_runs GROUP BY 1, 2, 3
-    """,
-    f"""
-    INSERT INTO agent_duration_rollups (project_id, bucket, agent_name, duration_bin, runs)
-    SELECT project_id, date_trunc('hour', started_at, 'UTC'), agent_name,
-           {bin_sql("duration_ms")}, count(*)
-    FROM agent_runs WHERE duration_ms IS NOT NULL GROUP BY 1, 2, 3, 4
-    """,
-    f"""
-    INSERT INTO agent_tool_rollups (project_id, bucket, tool_name, duration_bin,
-                                    {", ".join(tool_rollups.COUNTERS)})
-    {tool_rollups.stats_of_steps(f"({tool_rollups.steps_of_runs(_FINISHED)})")}
-    """,
-    *DAILY_ROLLUPS,  # the histograms' daily copies, from the hourly rows (daily_rollups.py)
-)
 
 
 class Load:

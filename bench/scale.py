@@ -258,10 +258,13 @@ def build(name: str, runs: int, steps: int, days: float, method: str) -> dict:
         )
         # Statistics before the rollups read the runs (autovacuum may be off, or late).
         phases.run("vacuum analyze agent_runs", conn.execute, "VACUUM ANALYZE agent_runs")
-        phases.run("run rollups", conn.execute, RUN_ROLLUPS)
-        phases.run("duration rollups", conn.execute, DURATION_ROLLUPS)
+        of_project = {"project": project}
+        phases.run("run rollups", conn.execute, RUN_ROLLUPS, of_project)
+        phases.run("duration rollups", conn.execute, DURATION_ROLLUPS, of_project)
         phases.run("tool rollups", tool_rollup_slices, url, project, base, days)
-        phases.run("daily histograms", lambda: [conn.execute(sql) for sql in DAILY_ROLLUPS])
+        phases.run(
+            "daily histograms", lambda: [conn.execute(sql, of_project) for sql in DAILY_ROLLUPS]
+        )
         phases.run("vacuum analyze", conn.execute, "VACUUM ANALYZE")
         long_run = conn.execute(
             "SELECT id FROM kw_scale.plan WHERE n = %s", (long_run_number(runs),)

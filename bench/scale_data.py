@@ -25,9 +25,7 @@ from datetime import datetime
 
 import psycopg
 
-from keelwave.server.store import daily_rollups, tool_rollups
-from keelwave.server.store.histogram import bin_sql
-from keelwave.server.store.statements import ROLLUP_COUNTERS
+from keelwave.server.store import recount
 
 AGENTS = (
     "agent-support",
@@ -607,82 +605,16 @@ RUN_COLUMNS = (
     "findings, verdict_steps, error_traceback"
 )
 
-# What one agent_runs row adds to each counter of agent_run_rollups: how a start,
-# its steps and model calls, its finish and its verdict add up (statements.py).
-ROLLUP_SHARES = {
-    "runs": "count(*)",
-    "finished_runs": "count(*) FILTER (WHERE termination_reason IS NOT NULL)",
-    "loop_runs": "count(*) FILTER (WHERE loop_detected)",
-    "error_runs": "count(*) FILTER (WHERE termination_reason = 'error')",
-    "steps": "sum(step_count)",
-    "llm_calls": "sum(llm_calls)",
-    "input_tokens": "sum(input_tokens)",
-    "output_tokens": "sum(output_tokens)",
-    "cost_usd": "sum(cost_usd)",
-    "duration_ms_sum": (
-        "coalesce(sum(duration_ms) FILTER (WHERE termination_reason IS NOT NULL), 0)"
-    ),
-    **{
-        f"term_{reason}": f"count(*) FILTER (WHERE termination_reason = '{reason}')"
-        for reason in (
-            "clean",
-            "max_steps_reached",
-            "context_limit",
-            "error",
-            "loop_detected",
-            "timeout",
-        )
-    },
-    "detected_loop_runs": "count(*) FILTER (WHERE detected_loop)",
-    **{
-        f"{kind}_runs": f"count(*) FILTER (WHERE '{kind}' = ANY(findings))"
-        for kind in ("exact_loop", "cycle", "near_duplicate", "no_progress")
-    },
-}
-missing = set(ROLLUP_COUNTERS) - set(ROLLUP_SHARES)
-if missing:  # a counter added to the server: this builder must learn it first
-    raise SystemExit(f"bench/scale.py does not know how to fill rollup counters {sorted(missing)}")
-
-RUN_ROLLUPS = f"""
-INSERT INTO agent_run_rollups (project_id, agent_name, bucket, {", ".join(ROLLUP_COUNTERS)})
-SELECT project_id, agent_name, date_trunc('hour', started_at, 'UTC'),
-       {", ".join(ROLLUP_SHARES[c] for c in ROLLUP_COUNTERS)}
-FROM agent_runs GROUP BY 1, 2, 3
-"""
-DURATION_ROLLUPS = f"""
-INSERT INTO agent_duration_rollups (project_id, bucket, agent_name, duration_bin, runs)
-SELECT project_id, date_trunc('hour', started_at, 'UTC'), agent_name, {bin_sql("duration_ms")},
-       count(*)
-FROM agent_runs WHERE termination_reason IS NOT NULL AND duration_ms IS NOT NULL
-GROUP BY 1, 2, 3, 4
-"""
-# A finished run's tool calls, added by the finish path's own SQL (tool_rollups.py),
-# for the runs that started in [lo, hi): whole hours, so no two slices share a row.
-# The slice's runs are materialized first, and the session that runs this forbids
-# sequential scans and hash or merge joins (TOOL_ROLLUP_SETTINGS): over 50 million
-# steps the planner otherwise turns the LATERAL around, reading every step of the
-# table once per slice (minutes each) instead of probing each run's steps by index.
-TOOL_ROLLUPS = f"""
-WITH slice AS MATERIALIZED (
-    SELECT project_id, id, started_at FROM agent_runs
-    WHERE project_id = %(project)s AND ended_at IS NOT NULL
-      AND started_at >= %(lo)s AND started_at < %(hi)s
-)
-INSERT INTO agent_tool_rollups (project_id, bucket, tool_name, duration_bin,
-                                {", ".join(tool_rollups.COUNTERS)})
-{tool_rollups.stats_of_steps(f"({tool_rollups.steps_of_runs('slice')})")}
-"""
-TOOL_ROLLUP_SETTINGS = ("enable_seqscan = off", "enable_hashjoin = off", "enable_mergejoin = off")
-# The daily copies of the histograms (daily_rollups.py): their hourly rows by UTC day.
-DAILY_ROLLUPS = [
-    f"""
-INSERT INTO {table.daily} (project_id, day, {", ".join(table.keys)}, {", ".join(table.counters)})
-SELECT project_id, date_trunc('day', bucket, 'UTC'), {", ".join(table.keys)},
-       {", ".join(f"sum({c})" for c in table.counters)}
-FROM {table.hourly} GROUP BY 1, 2, 3, 4
-"""
-    for table in daily_rollups.HISTOGRAMS
-]
+# What the aggregates read, made from the loaded rows as `keelwave projects recount`
+# makes it (keelwave/server/store/recount.py), with its SQL: ROLLUP_SHARES is what one
+# agent_runs row adds to each counter of agent_run_rollups; TOOL_ROLLUPS runs per
+# slice of whole hours (two at a time here); each statement takes %(project)s.
+ROLLUP_SHARES = recount.RUN_SHARES
+RUN_ROLLUPS = recount.RUN_ROLLUPS
+DURATION_ROLLUPS = recount.DURATION_ROLLUPS
+TOOL_ROLLUPS = recount.TOOL_ROLLUPS
+TOOL_ROLLUP_SETTINGS = recount.PLANNER
+DAILY_ROLLUPS = recount.DAILY_ROLLUPS
 ROLLUP_TABLES = {  # table -> its key columns (without project_id)
     "agent_run_rollups": ("bucket", "agent_name"),
     "agent_duration_rollups": ("bucket", "agent_name", "duration_bin"),

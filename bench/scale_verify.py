@@ -212,6 +212,7 @@ COMPARED = {
 
 
 def _rows(url: str, table: str, keys: tuple[str, ...], columns: str) -> dict[tuple, tuple]:
+    grouped = ""
     with psycopg.connect(url) as conn:
         if columns == "*":
             names = [
@@ -223,8 +224,14 @@ def _rows(url: str, table: str, keys: tuple[str, ...], columns: str) -> dict[tup
                 ).fetchall()
                 if name not in keys
             ]
-            columns = ", ".join(names)
-        rows = conn.execute(f"SELECT {', '.join(keys)}, {columns} FROM {table}").fetchall()
+            if "shard" in names:  # agent_run_rollups (migration 0016): only a key's sum counts
+                names.remove("shard")
+                columns = ", ".join(f"sum({name})" for name in names)
+                grouped = f" GROUP BY {', '.join(keys)}"
+            else:
+                columns = ", ".join(names)
+                grouped = ""
+        rows = conn.execute(f"SELECT {', '.join(keys)}, {columns} FROM {table}{grouped}").fetchall()
     return {row[: len(keys)]: row[len(keys) :] for row in rows}
 
 

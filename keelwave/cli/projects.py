@@ -156,3 +156,45 @@ def set_redaction(
     )
     for pattern in row["redaction_patterns"]:
         stdout.print(f"  {pattern}", markup=False, highlight=False)
+
+
+@app.command("recount")
+def recount(
+    name: Annotated[str, typer.Argument(help="The project's name (or id).")],
+    as_json: JsonFlag = False,
+    database_url: DatabaseUrl = None,
+    data_dir: DataDir = None,
+) -> None:
+    """Count a project's runs again from their stored steps and model calls.
+
+    Ingest keeps each run's counters and the rollups behind summary, health,
+    timeseries, terminations, findings and tools as rows arrive. Rows that came
+    another way (a bulk load with COPY, a partial restore, a fix by hand) are not
+    counted until you recount: each run's steps, model calls, tokens and cost are
+    counted from its rows, and the project's rollups are rebuilt from its runs.
+    Runs whose step count changed are judged again by the running servers.
+
+    Ingest waits while it runs (minutes on tens of millions of steps); queries go on.
+    """
+    import psycopg
+
+    from keelwave.db import projects as store
+    from keelwave.server.store.recount import recount as recount_project
+
+    with key_database(database_url, data_dir) as conn:
+        try:
+            project = store.find(conn, name)
+        except store.UnknownProject as error:
+            fail(str(error))
+        try:
+            counted = recount_project(conn, project["id"])
+        except psycopg.Error as error:  # nothing was changed: the transaction rolled back
+            fail(f"the recount of {project['name']} failed, nothing changed: {error}")
+    if as_json:
+        stdout.print_json(json.dumps({**project, **counted.as_dict()}))
+        return
+    stdout.print(
+        f"Project [bold]{project['name']}[/]: {counted.runs:,} runs counted again, "
+        f"{counted.runs_corrected:,} of them corrected; {counted.rollup_rows:,} rollup rows "
+        "rebuilt."
+    )

@@ -35,6 +35,18 @@ def list_projects(conn: psycopg.Connection) -> list[dict]:
         return cur.execute(LIST).fetchall()
 
 
+def find(conn: psycopg.Connection, project: str) -> dict:
+    """A project's id and name, by its name or id."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        row = cur.execute(
+            "SELECT id::text AS id, name FROM projects WHERE name = %s OR id::text = %s",
+            (project, project),
+        ).fetchone()
+    if row is None:
+        raise UnknownProject(f"no project named {project!r} (see `keelwave projects list`)")
+    return row
+
+
 def set_retention(conn: psycopg.Connection, project: str, days: int | None) -> dict:
     """Set a project's retention (by name, or id); None keeps its data forever."""
     if days is not None and not 1 <= days <= MAX_RETENTION_DAYS:

@@ -1,0 +1,172 @@
+"""`keelwave projects recount`: a project's counts derived again from its stored rows.
+
+Ingest keeps run counters and rollups as rows arrive; rows loaded another way (COPY,
+a partial restore) are counted only by a recount. These tests recount what ingest
+counted (nothing changes), what was lost (it comes back exactly), rows written
+straight into the tables (the API then shows them, loops included), and a project
+receiving steps while it is recounted (nothing counted twice or lost).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import uuid
+from datetime import timedelta
+
+import psycopg
+from conftest import Api, Project, query
+from lifecycle_data import NOW, aggregates, dataset, judged, rollups, send
+from serve_process import keelwave
+
+WINDOW = (NOW - timedelta(days=2), NOW + timedelta(hours=1))
+COUNTERS = "step_count, llm_calls, input_tokens, output_tokens, round(cost_usd::numeric, 6)"
+
+
+def recount(db_url: str, project: Project) -> dict:
+    done = keelwave("projects", "recount", project.name, "--json", "--database-url", db_url)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def run_counters(db_url: str, project: Project) -> list[tuple]:
+    return query(
+        db_url,
+        f"SELECT id, {COUNTERS}, duration_ms FROM agent_runs WHERE project_id = %s ORDER BY id",
+        (project.id,),
+    )
+
+
+async def test_a_recount_changes_nothing_ingest_counted_and_restores_what_was_lost(
+    api: Api, project: Project, db_url: str
+) -> None:
+    await send(api, project, dataset(seed=11, count=24))
+    await judged(db_url, project.id)
+    counted = rollups(db_url, project.id)
+    answers = await aggregates(api, project, *WINDOW)
+    counters = run_counters(db_url, project)
+
+    result = recount(db_url, project)
+    assert result["runs"] == 24 and result["runs_corrected"] == 0
+    assert rollups(db_url, project.id) == counted
+    assert run_counters(db_url, project) == counters
+
+    # Lost: every rollup row of the project, and every run's counters.
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        for table in ("agent_run_rollups", "agent_duration_rollups", "agent_tool_rollups",
+                      "agent_duration_rollups_daily", "agent_tool_rollups_daily"):  # fmt: skip
+            conn.execute(f"DELETE FROM {table} WHERE project_id = %s", (project.id,))
+        conn.execute(
+            "UPDATE agent_runs SET step_count = 0, llm_calls = 0, input_tokens = 0, "
+            "output_tokens = 0, cost_usd = 0 WHERE project_id = %s",
+            (project.id,),
+        )
+    lost = await aggregates(api, project, *WINDOW)
+    assert lost["/summary"] != answers["/summary"]
+
+    result = recount(db_url, project)
+    assert result["runs_corrected"] == sum(1 for row in counters if any(row[1:6]))
+    await judged(db_url, project.id)  # runs whose step count changed are judged again
+    assert run_counters(db_url, project) == counters
+    assert rollups(db_url, project.id) == counted
+    assert await aggregates(api, project, *WINDOW) == answers
+
+
+async def test_runs_written_straight_into_the_tables_show_after_a_recount(
+    api: Api, project: Project, db_url: str
+) -> None:
+    """A bulk load with COPY writes runs, steps and model calls and nothing else."""
+    runs = [uuid.uuid4() for _ in range(5)]
+    started = NOW - timedelta(hours=3)
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        with conn.cursor().copy(
+            "COPY agent_runs (project_id, id, agent_name, started_at, ended_at, "
+            "termination_reason) FROM STDIN"
+        ) as copy:
+            for n, run in enumerate(runs):
+                ended = started + timedelta(seconds=30 + n)
+                copy.write_row((project.id, run, "loader", started, ended, "clean"))
+        with conn.cursor().copy(
+            "COPY agent_steps (project_id, run_id, step_index, step_type, tool_name, tool_input, "
+            "input_fingerprint, started_at, duration_ms) FROM STDIN"
+        ) as copy:
+            for n, run in enumerate(runs):
+                for index in range(1, 7):
+                    # the first run asks the same thing six times: a loop
+                    given = json.dumps({"city": "Oslo" if n == 0 else f"city {index}"})
+                    print_ = hashlib.sha256(b"weather\x00" + given.encode()).digest()
+                    copy.write_row((project.id, run, index, "tool_call", "weather", given,
+                                    print_, started + timedelta(seconds=index), 12.5))  # fmt: skip
+        with conn.cursor().copy(
+            "COPY ai_traces (id, project_id, run_id, provider, model, input_tokens, "
+            "output_tokens, cost_usd, started_at) FROM STDIN"
+        ) as copy:
+            for run in runs:
+                copy.write_row((uuid.uuid4(), project.id, run, "openai", "gpt-4o", 1000, 100,
+                                0.25, started))  # fmt: skip
+
+    before = await aggregates(api, project, *WINDOW)
+    assert before["/summary"]["data"]["current"]["runs"] == 0
+
+    result = recount(db_url, project)
+    assert result == {"id": project.id, "name": project.name, "runs": 5, "runs_corrected": 5,
+                      "rollup_rows": result["rollup_rows"]}  # fmt: skip
+    await judged(db_url, project.id)
+    after = await aggregates(api, project, *WINDOW)
+    summary = after["/summary"]["data"]["current"]
+    assert (summary["runs"], summary["finished_runs"], summary["avg_steps"]) == (5, 5, 6)
+    assert (summary["llm_calls"], summary["input_tokens"]) == (5, 5000)
+    assert round(summary["cost_usd"], 6) == 1.25
+    assert summary["findings"]["exact_loop"] == 1
+    tools = after["/tools"]["data"]
+    assert [(tool["tool_name"], tool["calls"]) for tool in tools] == [("weather", 30)]
+    status, body, _ = await api.get(
+        f"/v1/projects/{project.id}/agent/runs/{runs[0]}/findings", headers=project.auth("read")
+    )
+    assert status == 200 and "exact_loop" in {f["kind"] for f in body["data"]}
+
+
+# Makes each recount dwell a second after it has emptied the project's rollups and
+# before it rebuilds them: the moment a write it did not wait for would be lost or
+# counted twice.
+SLOW_RECOUNT = """
+CREATE FUNCTION kw_test_dwell() RETURNS trigger LANGUAGE plpgsql AS
+$$ BEGIN PERFORM pg_sleep(1); RETURN NULL; END $$;
+CREATE TRIGGER kw_test_dwell AFTER DELETE ON agent_tool_rollups_daily
+FOR EACH STATEMENT EXECUTE FUNCTION kw_test_dwell();
+"""
+
+
+async def test_steps_that_arrive_during_a_recount_are_counted_once(
+    api: Api, project: Project, db_url: str
+) -> None:
+    runs = dataset(seed=5, count=20)
+    await send(api, project, runs[:8])
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute(SLOW_RECOUNT)
+    try:
+        for part in (runs[8:14], runs[14:]):  # sent while a recount dwells, twice
+            recounting = asyncio.create_task(asyncio.to_thread(recount, db_url, project))
+            await asyncio.sleep(1.2)  # (the command starts, empties the rollups, dwells)
+            await send(api, project, part)
+            await recounting
+    finally:
+        with psycopg.connect(db_url, autocommit=True) as conn:
+            conn.execute("DROP FUNCTION kw_test_dwell CASCADE")
+    await judged(db_url, project.id)
+    counted = rollups(db_url, project.id)
+    counters = run_counters(db_url, project)
+    # Counted as they arrived, whatever the recounts did meanwhile: a recount now
+    # finds nothing to correct and rebuilds the same rows.
+    result = recount(db_url, project)
+    assert result["runs"] == 20 and result["runs_corrected"] == 0
+    assert run_counters(db_url, project) == counters
+    assert rollups(db_url, project.id) == counted
+
+
+def test_recounting_a_project_that_does_not_exist_says_so(db_url: str) -> None:
+    done = keelwave("projects", "recount", "no-such-project", "--database-url", db_url)
+    assert done.returncode == 1
+    assert "no project named 'no-such-project'" in done.stderr
+    assert "Traceback" not in done.stderr

@@ -19,6 +19,7 @@ from datetime import UTC, datetime, timedelta
 
 from conftest import Api, Project, query
 
+from keelwave.server.store import tool_rollups
 from keelwave.server.store.statements import ROLLUP_COUNTERS
 
 NOW = datetime.now(UTC).replace(microsecond=0)
@@ -159,19 +160,26 @@ async def aggregates(api: Api, project: Project, since: datetime, until: datetim
     return found
 
 
-# agent_run_rollups is in shards (migration 0016): only a key's sum means something.
-RUN_ROLLUPS_SUMMED = (
-    "(SELECT project_id, agent_name, bucket, "
-    + ", ".join(f"sum({c}) AS {c}" for c in ROLLUP_COUNTERS)
-    + " FROM agent_run_rollups GROUP BY project_id, agent_name, bucket)"
-)
+# Rollups in shards (rollup_shards.py): only a key's sum over its shards means something.
+def _summed(table: str, keys: str, counters: tuple[str, ...]) -> str:
+    sums = ", ".join(f"sum({c}) AS {c}" for c in counters)
+    return f"(SELECT project_id, {keys}, {sums} FROM {table} GROUP BY project_id, {keys})"
+
+
+RUN_ROLLUPS_SUMMED = _summed("agent_run_rollups", "agent_name, bucket", ROLLUP_COUNTERS)
 _ROLLUPS = {
-    RUN_ROLLUPS_SUMMED: "agent_name, bucket",
-    "agent_duration_rollups": "agent_name, bucket, duration_bin",
-    "agent_tool_rollups": "tool_name, bucket, duration_bin",
-    "agent_duration_rollups_daily": "agent_name, day, duration_bin",
-    "agent_tool_rollups_daily": "tool_name, day, duration_bin",
-}
+    RUN_ROLLUPS_SUMMED: ("agent_run_rollups", "agent_name, bucket"),
+    "agent_duration_rollups": ("agent_duration_rollups", "agent_name, bucket, duration_bin"),
+    _summed("agent_tool_rollups", "tool_name, bucket, duration_bin", tool_rollups.COUNTERS): (
+        "agent_tool_rollups", "tool_name, bucket, duration_bin",
+    ),
+    "agent_duration_rollups_daily": (
+        "agent_duration_rollups_daily", "agent_name, day, duration_bin",
+    ),
+    _summed("agent_tool_rollups_daily", "tool_name, day, duration_bin", tool_rollups.COUNTERS): (
+        "agent_tool_rollups_daily", "tool_name, day, duration_bin",
+    ),
+}  # fmt: skip
 
 
 def rollups(db_url: str, project_id: str, since: datetime | None = None) -> dict[str, list]:
@@ -180,15 +188,14 @@ def rollups(db_url: str, project_id: str, since: datetime | None = None) -> dict
     float residue)."""
     found = {}
     since = since or datetime(1970, 1, 1, tzinfo=UTC)
-    for table, keys in _ROLLUPS.items():
-        start = "day >= date_trunc('day', %s, 'UTC')" if "_daily" in table else "bucket >= %s"
+    for table, (name, keys) in _ROLLUPS.items():
+        start = "day >= date_trunc('day', %s, 'UTC')" if "_daily" in name else "bucket >= %s"
         rows = query(
             db_url,
             f"SELECT to_jsonb(t) - 'project_id' FROM {table} t WHERE project_id = %s "
             f"AND {start} ORDER BY {keys}",
             (project_id, since),
         )
-        name = "agent_run_rollups" if table == RUN_ROLLUPS_SUMMED else table
         found[name] = [_rounded(row) for (row,) in rows]
     return found
 

@@ -116,7 +116,6 @@ def days_off_their_hours(db_url: str, project_id: str) -> list[tuple]:
     found = []
     for table in daily_rollups.HISTOGRAMS:
         keys = ", ".join(table.keys)
-        counters = ", ".join(table.counters)
         sums = ", ".join(f"sum({c})::bigint" for c in table.counters)
         found += query(
             db_url,
@@ -125,9 +124,10 @@ def days_off_their_hours(db_url: str, project_id: str) -> list[tuple]:
                 SELECT date_trunc('day', bucket, 'UTC') AS day, {keys}, {sums}
                 FROM {table.hourly} WHERE project_id = %(p)s GROUP BY 1, {keys}
                 HAVING sum({table.counts_something}) <> 0
-            ), days AS (
-                SELECT day, {keys}, {counters} FROM {table.daily}
-                WHERE project_id = %(p)s AND {table.counts_something} <> 0
+            ), days AS (  -- (the tool rollups' rows are in shards: keys are summed)
+                SELECT day, {keys}, {sums} FROM {table.daily}
+                WHERE project_id = %(p)s GROUP BY 1, {keys}
+                HAVING sum({table.counts_something}) <> 0
             )
             SELECT '{table.daily}', * FROM ((TABLE hours EXCEPT ALL TABLE days)
                 UNION ALL (TABLE days EXCEPT ALL TABLE hours)) AS differ

@@ -88,8 +88,9 @@ def stored(db_url: str, project_id: str) -> dict[str, list[tuple]]:
         ),
         "tool_rollups": query(
             db_url,
-            "SELECT bucket, tool_name, duration_bin, calls, runs, repeated_calls, error_calls "
-            "FROM agent_tool_rollups WHERE project_id = %s AND calls <> 0 ORDER BY 1, 2, 3",
+            "SELECT bucket, tool_name, duration_bin, sum(calls), sum(runs), sum(repeated_calls), "
+            "sum(error_calls) FROM agent_tool_rollups WHERE project_id = %s GROUP BY 1, 2, 3 "
+            "HAVING sum(calls) <> 0 ORDER BY 1, 2, 3",
             (project,),
         ),
     }

@@ -24,6 +24,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
 
 from keelwave.server.store import tool_rollups
+from keelwave.server.store.rollup_shards import SHARD, delete_emptied
 
 DAY = timedelta(days=1)
 _DAY_OF = "date_trunc('day', {}, 'UTC')"
@@ -38,6 +39,7 @@ class Histogram(NamedTuple):
     keys: tuple[str, ...]  # besides project_id and the time column
     counters: tuple[str, ...]
     counts_something: str  # the counter that is 0 exactly when the row counts nothing
+    sharded: bool = False  # both tables' keys end with a shard (rollup_shards.py)
 
 
 DURATIONS = Histogram(
@@ -46,7 +48,7 @@ DURATIONS = Histogram(
 )  # fmt: skip
 TOOLS = Histogram(
     "agent_tool_rollups", "agent_tool_rollups_daily", "kw_stage_tools",
-    ("tool_name", "duration_bin"), tool_rollups.COUNTERS, "calls",
+    ("tool_name", "duration_bin"), tool_rollups.COUNTERS, "calls", sharded=True,
 )  # fmt: skip
 HISTOGRAMS = (DURATIONS, TOOLS)
 
@@ -59,21 +61,27 @@ def daily_keys(table: Histogram) -> tuple[str, ...]:
     return ("project_id", "day", *table.keys)
 
 
+def _with_shard(table: Histogram, keys: tuple[str, ...]) -> tuple[str, ...]:
+    """A row's whole primary key: ``keys``, and its shard where the table has them."""
+    return (*keys, "shard") if table.sharded else keys
+
+
 def _add_to_days(table: Histogram, rows: str, sign: str = "") -> str:
     """INSERT … ON CONFLICT adding ``sign`` times the hourly-keyed ``rows`` (a FROM item
-    with project_id, bucket, the keys and counters) to their days, in key order."""
-    keys = _cols(daily_keys(table))
+    with project_id, bucket, the keys and counters) to their days, in key order (to
+    this backend's shard of each, in a sharded table)."""
     counters = table.counters
     positions = _cols(tuple(str(n + 1) for n in range(len(daily_keys(table)))))
+    shard = f"{SHARD}, " if table.sharded else ""
     return f"""
-INSERT INTO {table.daily} AS r ({keys}, {_cols(counters)})
-SELECT project_id, {_DAY_OF.format("bucket")}, {_cols(table.keys)},
+INSERT INTO {table.daily} AS r ({_cols(_with_shard(table, daily_keys(table)))}, {_cols(counters)})
+SELECT project_id, {_DAY_OF.format("bucket")}, {_cols(table.keys)}, {shard}
        {", ".join(f"{sign}sum({c})" for c in counters)}
 FROM {rows} AS rows
 {{where}}
 GROUP BY {positions}
 ORDER BY {positions}
-ON CONFLICT ({keys}) DO UPDATE SET
+ON CONFLICT ({_cols(_with_shard(table, daily_keys(table)))}) DO UPDATE SET
 {", ".join(f"{c} = r.{c} + excluded.{c}" for c in counters)}
 """
 
@@ -97,13 +105,13 @@ def with_daily(table: Histogram, hourly_merge: str) -> str:
 
 def drop_emptied(table: Histogram) -> str:
     """Delete the daily rows whose days ``table.stage`` staged changes for and that now
-    count nothing (erasure does this for the hourly rows too: a tool name is data).
-    The merge has locked them already, so this waits for no one."""
-    join = " AND ".join(f"r.{key} = k.{key}" for key in daily_keys(table))
-    return (
-        f"DELETE FROM {table.daily} r USING (SELECT DISTINCT project_id, "
-        f"{_DAY_OF.format('bucket')} AS day, {_cols(table.keys)} FROM {table.stage}) k "
-        f"WHERE {join} AND r.{table.counts_something} = 0"
+    count nothing (erasure does this for the hourly rows too: a tool name is data)."""
+    staged = (
+        f"SELECT DISTINCT project_id, {_DAY_OF.format('bucket')} AS day, {_cols(table.keys)} "
+        f"FROM {table.stage}"
+    )
+    return delete_emptied(
+        table.daily, daily_keys(table), staged, table.counts_something, table.sharded
     )
 
 
@@ -115,7 +123,7 @@ def retire_hours(table: Histogram) -> str:
     The daily upsert is a CTE the main query does not read, which PostgreSQL runs
     after the main query, so the hourly rows are locked first (rule 3).
     """
-    keys = _cols(("project_id", "bucket", *table.keys))
+    keys = _cols(_with_shard(table, ("project_id", "bucket", *table.keys)))
     subtract = _add_to_days(table, "gone", sign="-").format(where="")
     return f"""
 WITH gone AS (
@@ -131,15 +139,18 @@ SELECT count(*) FROM gone
 
 def drop_emptied_day(table: Histogram) -> str:
     """Retention: delete the daily rows of %(day)s that count nothing after retire_hours."""
-    return (
-        f"DELETE FROM {table.daily} WHERE project_id = %(project)s AND day = %(day)s "
-        f"AND {table.counts_something} = 0"
+    staged = (
+        f"SELECT DISTINCT {_cols(daily_keys(table))} FROM {table.daily} "
+        "WHERE project_id = %(project)s AND day = %(day)s"
+    )
+    return delete_emptied(
+        table.daily, daily_keys(table), staged, table.counts_something, table.sharded
     )
 
 
 def delete_days(table: Histogram) -> str:
     """Retention: up to %(limit)s daily rows of the days wholly before %(day)s, in key order."""
-    keys = _cols(daily_keys(table))
+    keys = _cols(_with_shard(table, daily_keys(table)))
     return f"""
 DELETE FROM {table.daily} WHERE ({keys}) IN (
     SELECT {keys} FROM {table.daily} WHERE project_id = %(project)s AND day < %(day)s

@@ -31,7 +31,7 @@ from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
 
-from keelwave.server.store import daily_rollups, statements, traces
+from keelwave.server.store import daily_rollups, rollup_shards, statements, traces
 from keelwave.server.store.citus import keys as citus_keys
 from keelwave.server.store.citus import partitions as citus_partitions
 
@@ -109,37 +109,23 @@ DELETE_RUNS = "DELETE FROM agent_runs WHERE project_id = %s AND id = ANY(%s)"
 SEQUENTIAL_ON_CITUS = "SET LOCAL citus.multi_shard_modify_mode TO 'sequential'"
 
 
-def _drop_emptied(table: str, stage: str, keys: tuple[str, ...], empty: str) -> str:
-    """Delete the rows of ``table`` this transaction staged changes for and emptied.
-    Its merge has locked them already, so this waits for no one (rule 3 holds)."""
-    join = " AND ".join(f"r.{key} = k.{key}" for key in keys)
-    return (
-        f"DELETE FROM {table} r USING (SELECT DISTINCT {', '.join(keys)} FROM {stage}) k "
-        f"WHERE {join} AND r.{empty} = 0"
-    )
-
-
-# agent_run_rollups is in shards (statements.RUN_ROLLUP_SHARDS): a run's share is
-# spread over them and only a key's sum over its shards means something. So the
-# erasure takes the runs' share out of its own shard, as every writer adds to its
-# own, and then deletes all of a key's rows once their sum counts no run (a shard
+# agent_run_rollups and agent_tool_rollups are in shards (rollup_shards.py): a run's
+# share is spread over them and only a key's sum over its shards means something. So
+# the erasure takes the runs' share out of its own shard, as every writer adds to its
+# own, and then deletes all of a key's rows once their sum counts nothing (a shard
 # left below zero beside another above it is harmless: readers sum). Its DELETE
 # waits for other shards' writers, who hold one shard's rows each and never wait for
 # it; two erasures of one project could wait for each other's shards, so they take
 # turns (ERASURE_TURNS), which costs nothing: erasures are rare and short.
 ERASURE_TURNS = 0x6B7A  # pg_advisory_xact_lock(int, int) namespace: one project's erasures
 TAKE_TURN = "SELECT pg_advisory_xact_lock(%s, hashtext(%s::text))"
-_SAME_KEY = " AND ".join(f"x.{key} = k.{key}" for key in ("project_id", "bucket", "agent_name"))
-DROP_EMPTIED_RUN_ROLLUPS = f"""
-DELETE FROM agent_run_rollups r USING (
-    SELECT x.project_id, x.bucket, x.agent_name
-    FROM agent_run_rollups x
-    JOIN (SELECT DISTINCT project_id, bucket, agent_name FROM kw_stage_rollups) k
-      ON {_SAME_KEY}
-    GROUP BY 1, 2, 3 HAVING sum(x.runs) = 0
-) e
-WHERE r.project_id = e.project_id AND r.bucket = e.bucket AND r.agent_name = e.agent_name
-"""
+
+
+def _drop_emptied(table: str, stage: str, keys: tuple[str, ...], empty: str, sharded: bool) -> str:
+    """Delete the rows of ``table`` this transaction staged changes for and emptied."""
+    staged = f"SELECT DISTINCT {', '.join(keys)} FROM {stage}"
+    return rollup_shards.delete_emptied(table, keys, staged, empty, sharded)
+
 
 # statements.MERGE_ROLLUPS, and then the emptied rows go. A row whose runs (or calls)
 # are 0 counts nothing else: a rollup counts nothing but runs and their contents (its
@@ -149,19 +135,27 @@ MERGE_ROLLUPS = ";\n".join(
         statements.MERGE_RUN_ROLLUPS,
         statements.MERGE_DURATION_ROLLUPS,
         statements.MERGE_TOOL_ROLLUPS,
-        DROP_EMPTIED_RUN_ROLLUPS,
+        _drop_emptied(
+            "agent_run_rollups",
+            "kw_stage_rollups",
+            ("project_id", "bucket", "agent_name"),
+            "runs",
+            sharded=True,
+        ),
         _drop_emptied(
             "agent_duration_rollups",
             "kw_stage_durations",
             ("project_id", "bucket", "agent_name", "duration_bin"),
             "runs",
-        ),  # fmt: skip
+            sharded=False,
+        ),
         _drop_emptied(
             "agent_tool_rollups",
             "kw_stage_tools",
             ("project_id", "bucket", "tool_name", "duration_bin"),
             "calls",
-        ),  # fmt: skip
+            sharded=True,
+        ),
         *(daily_rollups.drop_emptied(table) for table in daily_rollups.HISTOGRAMS),
         *(f"DELETE FROM {name}" for name, _, _ in statements.ROLLUP_STAGES),
     )

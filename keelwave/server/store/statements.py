@@ -32,6 +32,7 @@ import psycopg
 
 from keelwave.server.store import daily_rollups, tool_rollups
 from keelwave.server.store.histogram import bin_sql
+from keelwave.server.store.rollup_shards import SHARD
 
 # How every writing transaction begins. The duplicate checks and counter updates
 # rely on READ COMMITTED: after waiting for a run's lock, a statement must see
@@ -413,14 +414,11 @@ ON CONFLICT ({_cols(columns)}) DO UPDATE SET
 
 
 # agent_run_rollups has one row an agent an hour, which every transaction of that
-# agent adds to: in shards (migration 0016), each connection adds to its own, so two
-# transactions wait for each other only when their backends share a shard. Readers
-# sum the shards; a shard alone means nothing (its counters can be negative).
-RUN_ROLLUP_SHARDS = 8
-RUN_ROLLUP_SHARD = f"mod(pg_backend_pid(), {RUN_ROLLUP_SHARDS})"  # no %: statements are %-formatted
+# agent adds to, and agent_tool_rollups a few dozen a project an hour, which every
+# finish adds to: both in shards (rollup_shards.py), each connection adding to its own.
 MERGE_RUN_ROLLUPS = _merge(
     "agent_run_rollups", "kw_stage_rollups", ("project_id", "bucket", "agent_name"),
-    ROLLUP_COUNTERS, shard=RUN_ROLLUP_SHARD,
+    ROLLUP_COUNTERS, shard=SHARD,
 )  # fmt: skip
 # The histograms merge into their daily twins too, in the same statement
 # (daily_rollups.py): every caller keeps them without knowing of them.
@@ -430,7 +428,7 @@ MERGE_DURATION_ROLLUPS = daily_rollups.with_daily(daily_rollups.DURATIONS, _merg
 ))  # fmt: skip
 MERGE_TOOL_ROLLUPS = daily_rollups.with_daily(daily_rollups.TOOLS, _merge(
     "agent_tool_rollups", "kw_stage_tools",
-    ("project_id", "bucket", "tool_name", "duration_bin"), tool_rollups.COUNTERS,
+    ("project_id", "bucket", "tool_name", "duration_bin"), tool_rollups.COUNTERS, shard=SHARD,
 ))  # fmt: skip
 # Every rollup table, in the order rule 3 fixes; no parameters, so one round trip.
 # How finishes and the reaper end: merge what they staged, and leave the staging

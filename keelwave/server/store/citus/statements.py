@@ -217,7 +217,7 @@ def _merge(
     shard: bool = False,
 ) -> str:
     """Add the project's staged rows of ``stage`` to ``table``, in key order (rule 3).
-    ``shard``: the table's key ends with a shard (agent_run_rollups, migration 0016).
+    ``shard``: the table's key ends with a shard (rollup_shards.py).
     This lane adds to shard 0: its statements are literal SQL pushed down to one
     worker whole, and spreading its rows over shards is not done yet."""
     key_list = ", ".join(keys)
@@ -233,11 +233,11 @@ ON CONFLICT ({columns}) DO UPDATE SET
 def _merge_daily(p: str, table: daily_rollups.Histogram) -> str:
     """Add the project's staged histogram rows to their days too (daily_rollups.py), right
     after the hourly merge (rule 3: each daily table straight after its hourly one)."""
-    keys = ", ".join(daily_rollups.daily_keys(table))
+    keys = ", ".join(daily_rollups.daily_keys(table)) + (", shard" if table.sharded else "")
     positions = ", ".join(str(n + 1) for n in range(len(daily_rollups.daily_keys(table))))
     return f"""INSERT INTO {table.daily} AS r ({keys}, {", ".join(table.counters)})
 SELECT project_id, date_trunc('day', bucket, 'UTC'), {", ".join(table.keys)},
-       {", ".join(f"sum({c})" for c in table.counters)}
+       {"0, " if table.sharded else ""}{", ".join(f"sum({c})" for c in table.counters)}
 FROM {table.stage} WHERE project_id = {p}
 GROUP BY {positions} ORDER BY {positions}
 ON CONFLICT ({keys}) DO UPDATE SET
@@ -257,6 +257,7 @@ def _tail(p: str, kinds: frozenset[str]) -> tuple[str, ...]:
             _merge(
                 p, "agent_tool_rollups", "kw_stage_tools",
                 ("project_id", "bucket", "tool_name", "duration_bin"), tool_rollups.COUNTERS,
+                shard=True,
             )
         )  # fmt: skip
         tail.append(_merge_daily(p, daily_rollups.TOOLS))

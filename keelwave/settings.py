@@ -45,6 +45,12 @@ class Settings(BaseSettings):
         le=64,
         description="Server processes sharing the port; unset: one per core.",
     )
+    event_loop: Literal["auto", "asyncio"] = Field(
+        default="auto",
+        description="The server processes' event loop. 'auto': uvloop where it is installed "
+        "(the server extra installs it, except on Windows), else asyncio's own. 'asyncio': "
+        "the standard loop always.",
+    )
     max_body_bytes: int = Field(
         default=protocol.DEFAULT_MAX_BODY_BYTES,
         ge=1024,

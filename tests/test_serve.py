@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import http.client
 import json
 import shutil
@@ -134,9 +135,15 @@ def test_unreachable_database_is_one_clear_line() -> None:
     assert "Traceback" not in result.stderr
 
 
-def test_sigterm_commits_what_was_acknowledged(fresh_db_url: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("event_loop", ["auto", "asyncio"])  # uvloop, and asyncio's own
+def test_sigterm_commits_what_was_acknowledged(
+    fresh_db_url: str, tmp_path: Path, event_loop: str
+) -> None:
     """Stop the server while clients are posting: every acknowledged step is stored."""
-    server = ServeProcess("--database-url", fresh_db_url, log=tmp_path / "serve.log")
+    server = ServeProcess(
+        "--database-url", fresh_db_url, log=tmp_path / "serve.log",
+        env={"KEELWAVE_EVENT_LOOP": event_loop},
+    )  # fmt: skip
     key = server.printed_key
     run_id = str(uuid.uuid4())
     acknowledged: list[int] = []
@@ -315,3 +322,16 @@ def test_a_second_server_on_the_same_data_directory_refuses_to_start(tmp_path: P
         assert httpx.get(first.url + "/readyz", timeout=10).status_code == 200
     finally:
         first.stop()
+
+
+@pytest.mark.parametrize(("setting", "loop_module"), [("auto", "uvloop"), ("asyncio", "asyncio")])
+def test_the_server_runs_on_the_event_loop_its_setting_names(setting: str, loop_module: str):
+    from keelwave.cli import server_loop
+
+    found = []
+
+    async def main() -> None:
+        found.append(type(asyncio.get_running_loop()).__module__.split(".")[0])
+
+    server_loop.run(main(), setting)
+    assert found == [loop_module]

@@ -125,12 +125,13 @@ def serve(
             stdout.print("Press Ctrl+C to stop.")
 
         try:
-            asyncio.run(
+            server_loop.run(
                 server_loop.serve_app(
                     settings, conninfo, prices, reuse_port=count > 1,
                     when_listening=when_listening,
                     when_stopping=lambda: stdout.print("Shutting down: committing buffered data…"),
-                )
+                ),
+                settings.event_loop,
             )  # fmt: skip
         except OSError as error:
             fail(f"cannot listen on {settings.host}:{settings.port}: {error.strerror or error}")

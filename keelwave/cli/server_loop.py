@@ -13,13 +13,34 @@ from __future__ import annotations
 
 import asyncio
 import signal
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
 
 from aiohttp import web
 
 from keelwave.server.app import create_app, tune_garbage_collector
 from keelwave.server.ingest.pricing import PriceTable
 from keelwave.settings import Settings
+
+
+def run(main: Coroutine[Any, Any, None], event_loop: str = "auto") -> None:
+    """asyncio.run(main), on uvloop's event loop unless ``event_loop`` (the setting) says
+    otherwise or uvloop is not installed (Windows).
+
+    uvloop runs the loop, its sockets and their callbacks in C (libuv): under the
+    new-user load of bench/workloads.py the server spent about a tenth less CPU a
+    step with it (docs/benchmarks.md, session 20)."""
+    if event_loop == "auto":
+        try:
+            import uvloop
+        except ImportError:
+            pass
+        else:
+            with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+                runner.run(main)
+            return
+    asyncio.run(main)
+
 
 # How often `still_wanted` is asked, when given.
 POLL_SECONDS = 1.0

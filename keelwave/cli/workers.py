@@ -19,7 +19,6 @@ the first process disappears, even by ``kill -9``.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import multiprocessing
 import os
@@ -29,6 +28,7 @@ import socket
 import time
 from typing import Any
 
+from keelwave.cli.server_loop import run as run_loop
 from keelwave.cli.server_loop import serve_app
 from keelwave.server.ingest.pricing import PriceTable
 from keelwave.settings import Settings
@@ -126,7 +126,7 @@ def _worker(
     async def say_listening(port: int) -> None:
         listening.put(os.getpid())
 
-    asyncio.run(
+    run_loop(
         serve_app(
             settings,
             conninfo,
@@ -135,5 +135,6 @@ def _worker(
             when_listening=say_listening,
             # the first process is gone (even by kill -9): so are we
             still_wanted=lambda: os.getppid() == parent_pid,
-        )
+        ),
+        settings.event_loop,
     )  # serve_app's cleanup commits what this worker buffered

@@ -38,17 +38,34 @@ def run_counters(db_url: str, project: Project) -> list[tuple]:
     )
 
 
+async def costs_in_two_requests(api: Api, project: Project, *requests: tuple) -> None:
+    """A run whose model calls arrive in several requests, with these costs."""
+    auth = project.auth("ingest")
+    _, started, _ = await api.post(
+        "/v1/ingest/agent/runs", json={"agent_name": "priced"}, headers=auth
+    )
+    run_id = started["data"]["id"]
+    for costs in requests:
+        calls = [{"run_id": run_id, "provider": "openai", "model": "gpt-4o", "input_tokens": 10,
+                  "output_tokens": 1, "cost_usd": cost} for cost in costs]  # fmt: skip
+        status, body, _ = await api.post("/v1/ingest/ai", json=calls, headers=auth)
+        assert status == 200, body
+
+
 async def test_a_recount_changes_nothing_ingest_counted_and_restores_what_was_lost(
     api: Api, project: Project, db_url: str
 ) -> None:
     await send(api, project, dataset(seed=11, count=24))
+    await costs_in_two_requests(api, project, (0.7,), (0.1, 0.2))
     await judged(db_url, project.id)
     counted = rollups(db_url, project.id)
     answers = await aggregates(api, project, *WINDOW)
     counters = run_counters(db_url, project)
 
     result = recount(db_url, project)
-    assert result["runs"] == 24 and result["runs_corrected"] == 0
+    # (the run's cost, 0.7 + (0.1 + 0.2) as it arrived, is 0.7 + 0.1 + 0.2 summed again
+    # in another order: equal but for the last bit, not a wrong count)
+    assert result["runs"] == 25 and result["runs_corrected"] == 0
     assert rollups(db_url, project.id) == counted
     assert run_counters(db_url, project) == counters
 
@@ -67,6 +84,7 @@ async def test_a_recount_changes_nothing_ingest_counted_and_restores_what_was_lo
 
     result = recount(db_url, project)
     assert result["runs_corrected"] == sum(1 for row in counters if any(row[1:6]))
+    assert result["runs"] == 25
     await judged(db_url, project.id)  # runs whose step count changed are judged again
     assert run_counters(db_url, project) == counters
     assert rollups(db_url, project.id) == counted

@@ -47,8 +47,12 @@ LOCKED = (
 )  # fmt: skip
 ROLLUP_TABLES = LOCKED[1:]
 
+# A run's cost is a float summed as its calls arrived, request by request; summed again
+# in another order it may differ in the last bits (0.7 + (0.1 + 0.2) = 1.0, but
+# (0.7 + 0.1) + 0.2 = 0.9999999999999999). That is not a wrong count.
+COST_TOLERANCE = "1e-9 * greatest(1, abs(n.cost_usd))"
 # Each run's counters from its rows; the duration of a finished run as a finish sets it.
-RUN_COUNTERS = """
+RUN_COUNTERS = f"""
 UPDATE agent_runs r
 SET step_count = n.steps, llm_calls = n.calls, input_tokens = n.input_tokens,
     output_tokens = n.output_tokens, cost_usd = n.cost_usd,
@@ -71,9 +75,10 @@ FROM (
     WHERE r.project_id = %(project)s
 ) n
 WHERE r.project_id = %(project)s AND r.id = n.id
-  AND (r.step_count, r.llm_calls, r.input_tokens, r.output_tokens, r.cost_usd,
-       r.duration_ms IS NULL AND n.duration_ms IS NOT NULL)
-      IS DISTINCT FROM (n.steps, n.calls, n.input_tokens, n.output_tokens, n.cost_usd, false)
+  AND ((r.step_count, r.llm_calls, r.input_tokens, r.output_tokens)
+        IS DISTINCT FROM (n.steps, n.calls, n.input_tokens, n.output_tokens)
+       OR r.cost_usd IS NULL OR abs(r.cost_usd - n.cost_usd) > {COST_TOLERANCE}
+       OR (r.duration_ms IS NULL AND n.duration_ms IS NOT NULL))
 """
 
 # What one agent_runs row adds to each counter of agent_run_rollups: how its start,

@@ -9,15 +9,16 @@ fraction of the time, and a whole request's payloads in one call
 (:meth:`OnePassScreen.suspects`).
 
 It looks for exactly what the ``re`` screen looks for (keelwave.sdk._redact,
-whose plain patterns both are built from), the same way:
+whose plain patterns both are built from):
 
 - the value rules' fragments and an escape that could hide one, in the text as
   it arrived (no decoding to ``str`` first);
 - the secret keys' fragments in the text's *compact* form (ASCII letters
-  lowercased, ``-_. `` dropped), as literals. (Searching the text itself for a
-  fragment's letters with any run of the dropped characters between them finds
-  the same, but Hyperscan runs such patterns at a tenth of the speed of
-  literals: 350 MB/s against 4 GB/s, more than the translation costs.)
+  lowercased, ``-_. `` dropped). A short text is scanned once, for the
+  fragments' letters with any run of the dropped characters between them
+  (the same thing, in the text itself); a longer one, or a whole request's
+  payloads, is translated to its compact form and scanned for the fragments as
+  literals, which Hyperscan runs ten times as fast (:data:`SPREAD_UP_TO`).
 
 ``tests/test_sdk_redaction.py`` checks that the two agree on every text.
 Hyperscan has no wheel for some platforms (Linux on ARM), and needs SSSE3 on x86:
@@ -28,6 +29,7 @@ server screens with the SDK's ``re`` searches, as before.
 from __future__ import annotations
 
 import bisect
+import itertools
 import logging
 import re
 import threading
@@ -42,7 +44,12 @@ except ImportError:  # pragma: no cover — the re screen takes over
 
 log = logging.getLogger("keelwave.redaction")
 
-_SEPARATOR = b"\x00"  # between a request's payloads: JSON text never holds a raw NUL
+# Below this many bytes, one scan of the text with the key fragments spread out
+# (``p[-_. ]*a[-_. ]*s[-_. ]*s``) costs less than making the compact form and scanning
+# twice; above, the compact form's literals win (Hyperscan runs spread patterns at
+# about 400 MB/s, literals at 4 GB/s, and the translation costs about 1 ns a byte).
+SPREAD_UP_TO = 1024
+_SEPARATOR = b"\x00"  # between a request's payloads (JSON text holds no raw NUL)
 
 
 def _stop(*_match: object) -> bool:
@@ -60,51 +67,70 @@ def _ends_into(ends: list[int]) -> Callable[..., None]:
 
 class OnePassScreen:
     """The built-in screen: called with UTF-8 bytes, True when redaction might change
-    them."""
+    them; :meth:`suspects` screens a request's payloads at once."""
 
-    def __init__(self, values: hyperscan.Database, keys: hyperscan.Database) -> None:
+    def __init__(
+        self, values: hyperscan.Database, keys: hyperscan.Database, whole: hyperscan.Database
+    ) -> None:
         self._values = values  # over the text
         self._keys = keys  # over its compact form
-        self._prototypes = (hyperscan.Scratch(values), hyperscan.Scratch(keys))
+        self._whole = whole  # both over the text, the key fragments spread out
+        self._prototypes = tuple(hyperscan.Scratch(db) for db in (values, keys, whole))
         self._local = threading.local()  # a scratch space serves one scan at a time
 
-    def _scratch(self) -> tuple[hyperscan.Scratch, hyperscan.Scratch]:
+    def _scratch(self) -> tuple[hyperscan.Scratch, ...]:
         try:
             return self._local.scratch
         except AttributeError:
-            values, keys = self._prototypes
-            self._local.scratch = scratch = (values.clone(), keys.clone())
+            self._local.scratch = scratch = tuple(proto.clone() for proto in self._prototypes)
             return scratch
 
     def __call__(self, data: bytes | memoryview) -> bool:
-        values, keys = self._scratch()
+        values, keys, whole = self._scratch()
         try:
-            self._values.scan(data, match_event_handler=_stop, scratch=values)
-            compact = bytes(data).translate(_redact._LOWER_BYTES, _redact._DROPPED_BYTES)
-            self._keys.scan(compact, match_event_handler=_stop, scratch=keys)
+            if len(data) < SPREAD_UP_TO:  # one scan, no compact form to make
+                self._whole.scan(data, match_event_handler=_stop, scratch=whole)
+            else:
+                self._values.scan(data, match_event_handler=_stop, scratch=values)
+                compact = bytes(data).translate(_redact._LOWER_BYTES, _redact._DROPPED_BYTES)
+                self._keys.scan(compact, match_event_handler=_stop, scratch=keys)
         except hyperscan.ScanTerminated:
             return True
         return False
 
     def suspects(self, payloads: Sequence[bytes | memoryview | None]) -> set[int]:
         """The positions of the ``payloads`` (JSON texts; None for none) that the screen
-        does not clear, from one scan of them all run together: every match of a
-        pattern lies inside one payload (none holds the separator) or spans a
-        separator, which at worst makes its payload a suspect for nothing."""
-        joined = _SEPARATOR.join([payload or b"" for payload in payloads])
-        if joined.count(_SEPARATOR) != len(payloads) - 1:  # a NUL inside: not JSON text
-            return {n for n, payload in enumerate(payloads) if payload and self(payload)}
-        compact = joined.translate(_redact._LOWER_BYTES, _redact._DROPPED_BYTES)
+        does not clear, from one scan of them all run together (and one of their compact
+        forms): a match is traced back to the payload it ends in by the payloads'
+        lengths. A match that spans a separator makes its payload a suspect for nothing;
+        every match inside one payload is found."""
+        texts = [bytes(payload) if payload else b"" for payload in payloads]
+        compacts = [text.translate(_redact._LOWER_BYTES, _redact._DROPPED_BYTES) for text in texts]
         found: set[int] = set()
-        for database, text, scratch in zip(
-            (self._values, self._keys), (joined, compact), self._scratch(), strict=True
+        for database, parts, scratch in zip(
+            (self._values, self._keys), (texts, compacts), self._scratch()[:2], strict=True
         ):
             ends: list[int] = []
-            database.scan(text, match_event_handler=_ends_into(ends), scratch=scratch)
-            if ends:  # (the separators survive the translation: they divide both texts)
-                separators = [at.start() for at in re.finditer(_SEPARATOR, text)]
-                found.update(bisect.bisect_left(separators, end) for end in ends)
+            database.scan(_SEPARATOR.join(parts), match_event_handler=_ends_into(ends),
+                          scratch=scratch)  # fmt: skip
+            if ends:  # where each part ends in the joined text, separator included
+                bounds = list(itertools.accumulate(len(part) + 1 for part in parts))
+                found.update(bisect.bisect_left(bounds, end) for end in ends)
         return found
+
+
+def _spread(fragment: str) -> bytes:
+    """A regex finding ``fragment`` of the compact form in the text as it is."""
+    return "[-_. ]*".join(re.escape(character) for character in fragment).encode("ascii")
+
+
+def _database(patterns: list[bytes], flags: list[int]) -> hyperscan.Database:
+    database = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
+    database.compile(
+        expressions=patterns, ids=list(range(len(patterns))), elements=len(patterns),
+        flags=flags,
+    )  # fmt: skip
+    return database
 
 
 def builtin_screen() -> OnePassScreen | None:
@@ -116,15 +142,14 @@ def builtin_screen() -> OnePassScreen | None:
         _redact.ESCAPED_ASCII_PATTERN.encode("ascii"),
     ]
     keys = [re.escape(fragment).encode("ascii") for fragment in _redact.KEY_FRAGMENTS]
+    spread = [_spread(fragment) for fragment in _redact.KEY_FRAGMENTS]
+    single, caseless = hyperscan.HS_FLAG_SINGLEMATCH, hyperscan.HS_FLAG_CASELESS
     try:
-        databases = []
-        for patterns in (values, keys):
-            database = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
-            database.compile(
-                expressions=patterns, ids=list(range(len(patterns))), elements=len(patterns),
-            )  # fmt: skip
-            databases.append(database)
-        return OnePassScreen(*databases)
+        return OnePassScreen(
+            _database(values, [0] * len(values)),
+            _database(keys, [0] * len(keys)),
+            _database(values + spread, [single] * len(values) + [single | caseless] * len(spread)),
+        )
     except hyperscan.HyperscanError as error:  # e.g. a CPU it does not support
         log.info("redaction screens with Python's re: Hyperscan refused (%s)", error)
         return None

@@ -238,3 +238,26 @@ def test_recounting_a_project_that_does_not_exist_says_so(db_url: str) -> None:
     assert done.returncode == 1
     assert "no project named 'no-such-project'" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+async def test_every_project_is_recounted_with_all(api: Api, project: Project, db_url: str) -> None:
+    await send(api, project, dataset(seed=2, count=6))
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("DELETE FROM agent_run_rollups WHERE project_id = %s", (project.id,))
+    done = keelwave("projects", "recount", "--all", "--json", "--database-url", db_url)
+    assert done.returncode == 0, done.stderr
+    results = {result["name"]: result for result in json.loads(done.stdout)}
+    assert results[project.name]["runs"] == 6
+    status, body, _ = await api.get(
+        f"/v1/projects/{project.id}/agent/summary",
+        params={"since": WINDOW[0].isoformat(), "until": WINDOW[1].isoformat()},
+        headers=project.auth("read"),
+    )
+    assert status == 200 and body["data"]["current"]["runs"] == 6
+
+
+def test_recount_needs_a_project_or_all(db_url: str) -> None:
+    for args in ((), ("some-project", "--all")):
+        done = keelwave("projects", "recount", *args, "--database-url", db_url)
+        assert done.returncode == 1
+        assert "name one project to recount, or give --all" in done.stderr

@@ -160,7 +160,12 @@ def set_redaction(
 
 @app.command("recount")
 def recount(
-    name: Annotated[str, typer.Argument(help="The project's name (or id).")],
+    name: Annotated[
+        str | None, typer.Argument(help="The project's name (or id).", show_default=False)
+    ] = None,
+    every: Annotated[
+        bool, typer.Option("--all", help="Every project, one after the other.")
+    ] = False,
     as_json: JsonFlag = False,
     database_url: DatabaseUrl = None,
     data_dir: DataDir = None,
@@ -174,27 +179,33 @@ def recount(
     counted from its rows, and the project's rollups are rebuilt from its runs.
     Runs whose step count changed are judged again by the running servers.
 
-    Ingest waits while it runs (minutes on tens of millions of steps); queries go on.
+    Ingest waits while a project is recounted (minutes on tens of millions of steps);
+    queries go on. With --all, each project is recounted in a transaction of its own.
     """
     import psycopg
 
     from keelwave.db import projects as store
     from keelwave.server.store.recount import recount as recount_project
 
+    if (name is None) == (not every):
+        fail("name one project to recount, or give --all for every project")
+    results = []
     with key_database(database_url, data_dir) as conn:
         try:
-            project = store.find(conn, name)
+            projects = store.list_projects(conn) if every else [store.find(conn, name)]
         except store.UnknownProject as error:
             fail(str(error))
-        try:
-            counted = recount_project(conn, project["id"])
-        except psycopg.Error as error:  # nothing was changed: the transaction rolled back
-            fail(f"the recount of {project['name']} failed, nothing changed: {error}")
+        for project in projects:
+            try:
+                counted = recount_project(conn, project["id"])
+            except psycopg.Error as error:  # its transaction rolled back; earlier ones stay
+                fail(f"the recount of {project['name']} failed, nothing of it changed: {error}")
+            results.append({"id": project["id"], "name": project["name"], **counted.as_dict()})
+            if not as_json:
+                stdout.print(
+                    f"Project [bold]{project['name']}[/]: {counted.runs:,} runs counted again, "
+                    f"{counted.runs_corrected:,} of them corrected; {counted.rollup_rows:,} "
+                    "rollup rows rebuilt."
+                )
     if as_json:
-        stdout.print_json(json.dumps({**project, **counted.as_dict()}))
-        return
-    stdout.print(
-        f"Project [bold]{project['name']}[/]: {counted.runs:,} runs counted again, "
-        f"{counted.runs_corrected:,} of them corrected; {counted.rollup_rows:,} rollup rows "
-        "rebuilt."
-    )
+        stdout.print_json(json.dumps(results if every else results[0]))

@@ -35,6 +35,12 @@ def recount(db_url: str, project: Project) -> dict:
     return json.loads(done.stdout)
 
 
+async def recounted(db_url: str, project: Project) -> dict:
+    """:func:`recount` in a thread: the test's server shares this event loop, and a
+    transaction of its that the recount waits for must be able to finish."""
+    return await asyncio.to_thread(recount, db_url, project)
+
+
 def run_counters(db_url: str, project: Project) -> list[tuple]:
     return query(
         db_url,
@@ -67,7 +73,7 @@ async def test_a_recount_changes_nothing_ingest_counted_and_restores_what_was_lo
     answers = await aggregates(api, project, *WINDOW)
     counters = run_counters(db_url, project)
 
-    result = recount(db_url, project)
+    result = await recounted(db_url, project)
     # (the run's cost, 0.7 + (0.1 + 0.2) as it arrived, is 0.7 + 0.1 + 0.2 summed again
     # in another order: equal but for the last bit, not a wrong count)
     assert result["runs"] == 25 and result["runs_corrected"] == 0
@@ -87,7 +93,7 @@ async def test_a_recount_changes_nothing_ingest_counted_and_restores_what_was_lo
     lost = await aggregates(api, project, *WINDOW)
     assert lost["/summary"] != answers["/summary"]
 
-    result = recount(db_url, project)
+    result = await recounted(db_url, project)
     assert result["runs_corrected"] == sum(1 for row in counters if any(row[1:6]))
     assert result["runs"] == 25
     await judged(db_url, project.id)  # runs whose step count changed are judged again
@@ -132,7 +138,7 @@ async def test_runs_written_straight_into_the_tables_show_after_a_recount(
     before = await aggregates(api, project, *WINDOW)
     assert before["/summary"]["data"]["current"]["runs"] == 0
 
-    result = recount(db_url, project)
+    result = await recounted(db_url, project)
     assert result == {"id": project.id, "name": project.name, "runs": 5, "runs_corrected": 5,
                       "rollup_rows": result["rollup_rows"]}  # fmt: skip
     await judged(db_url, project.id)
@@ -170,7 +176,7 @@ async def test_steps_that_arrive_during_a_recount_are_counted_once(
         conn.execute(SLOW_RECOUNT)
     try:
         for part in (runs[8:14], runs[14:]):  # sent while a recount dwells, twice
-            recounting = asyncio.create_task(asyncio.to_thread(recount, db_url, project))
+            recounting = asyncio.create_task(recounted(db_url, project))
             await asyncio.sleep(1.2)  # (the command starts, empties the rollups, dwells)
             await send(api, project, part)
             await recounting
@@ -182,7 +188,7 @@ async def test_steps_that_arrive_during_a_recount_are_counted_once(
     counters = run_counters(db_url, project)
     # Counted as they arrived, whatever the recounts did meanwhile: a recount now
     # finds nothing to correct and rebuilds the same rows.
-    result = recount(db_url, project)
+    result = await recounted(db_url, project)
     assert result["runs"] == 20 and result["runs_corrected"] == 0
     assert run_counters(db_url, project) == counters
     assert rollups(db_url, project.id) == counted
@@ -216,7 +222,7 @@ async def test_a_recount_of_runs_sent_as_opentelemetry_spans_changes_nothing(
     counted = counting(rollups(db_url, project.id))
     counters = run_counters(db_url, project)
     assert len(counters) >= len(names)
-    result = recount(db_url, project)
+    result = await recounted(db_url, project)
     assert result["runs_corrected"] == 0
     assert run_counters(db_url, project) == counters
     assert counting(rollups(db_url, project.id)) == counted
@@ -244,7 +250,9 @@ async def test_every_project_is_recounted_with_all(api: Api, project: Project, d
     await send(api, project, dataset(seed=2, count=6))
     with psycopg.connect(db_url, autocommit=True) as conn:
         conn.execute("DELETE FROM agent_run_rollups WHERE project_id = %s", (project.id,))
-    done = keelwave("projects", "recount", "--all", "--json", "--database-url", db_url)
+    done = await asyncio.to_thread(
+        keelwave, "projects", "recount", "--all", "--json", "--database-url", db_url
+    )
     assert done.returncode == 0, done.stderr
     results = {result["name"]: result for result in json.loads(done.stdout)}
     assert results[project.name]["runs"] == 6

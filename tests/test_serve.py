@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 import http.client
 import json
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import uuid
 from pathlib import Path
@@ -326,12 +326,16 @@ def test_a_second_server_on_the_same_data_directory_refuses_to_start(tmp_path: P
 
 @pytest.mark.parametrize(("setting", "loop_module"), [("auto", "uvloop"), ("asyncio", "asyncio")])
 def test_the_server_runs_on_the_event_loop_its_setting_names(setting: str, loop_module: str):
-    from keelwave.cli import server_loop
-
-    found = []
-
-    async def main() -> None:
-        found.append(type(asyncio.get_running_loop()).__module__.split(".")[0])
-
-    server_loop.run(main(), setting)
-    assert found == [loop_module]
+    # In a process of its own, as serve runs it: no event loop state left in this one.
+    program = (
+        "import asyncio\n"
+        "from keelwave.cli import server_loop\n"
+        "async def main():\n"
+        "    print(type(asyncio.get_running_loop()).__module__.split('.')[0])\n"
+        f"server_loop.run(main(), {setting!r})\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [loop_module]

@@ -8,6 +8,7 @@ and each test its own project and keys, so tests never see each other's data.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import signal
@@ -212,12 +213,19 @@ def make_settings(**overrides) -> Settings:
     return Settings(database_url="unused", port=0, **overrides)
 
 
+@contextlib.asynccontextmanager
+async def serving(db_url: str, aiohttp_server, max_body_bytes: int) -> AsyncIterator[Api]:
+    """A real keelwave server on a free port, in the test's event loop, and a session."""
+    server = await aiohttp_server(create_app(make_settings(max_body_bytes=max_body_bytes), db_url))
+    async with aiohttp.ClientSession() as session:
+        yield Api(str(server.make_url("")).rstrip("/"), session)
+
+
 @pytest.fixture
 async def api(db_url: str, aiohttp_server) -> AsyncIterator[Api]:
     """A real keelwave server on a free port, in the test's event loop."""
-    server = await aiohttp_server(create_app(make_settings(max_body_bytes=64 * 1024), db_url))
-    async with aiohttp.ClientSession() as session:
-        yield Api(str(server.make_url("")).rstrip("/"), session)
+    async with serving(db_url, aiohttp_server, 64 * 1024) as running:
+        yield running
 
 
 @pytest.fixture(scope="module")

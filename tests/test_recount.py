@@ -15,15 +15,12 @@ import json
 import uuid
 from datetime import timedelta
 
-import aiohttp
 import psycopg
 import pytest
-from conftest import Api, Project, make_settings, query
+from conftest import Api, Project, query, serving
 from lifecycle_data import NOW, aggregates, dataset, judged, rollups, send
 from otlp_exports import document, split
 from serve_process import keelwave
-
-from keelwave.server.app import create_app
 
 WINDOW = (NOW - timedelta(days=2), NOW + timedelta(hours=1))
 COUNTERS = "step_count, llm_calls, input_tokens, output_tokens, round(cost_usd::numeric, 6)"
@@ -197,10 +194,8 @@ async def test_steps_that_arrive_during_a_recount_are_counted_once(
 @pytest.fixture
 async def big_bodies_api(db_url: str, aiohttp_server):
     """A real server that takes the captured OpenTelemetry traces (up to 1 MiB)."""
-    app = create_app(make_settings(max_body_bytes=1024 * 1024), db_url)
-    server = await aiohttp_server(app)
-    async with aiohttp.ClientSession() as session:
-        yield Api(str(server.make_url("")).rstrip("/"), session)
+    async with serving(db_url, aiohttp_server, 1024 * 1024) as running:
+        yield running
 
 
 async def test_a_recount_of_runs_sent_as_opentelemetry_spans_changes_nothing(

@@ -33,16 +33,24 @@ def connections_in_two_shards(db_url: str) -> tuple[psycopg.Connection, psycopg.
     return first, second
 
 
-def add_one_run(conn: psycopg.Connection, project_id: str, agent: str) -> None:
-    """Stage one run's start in the run rollups and merge it, as every writer does."""
+def stage_and_merge(conn: psycopg.Connection, staged: str, values: tuple, merge: str) -> None:
+    """Stage a row of rollup changes (``staged``: the INSERT into a staging table) and
+    merge it, as every writer does; the transaction stays open."""
     for ddl in statements.staging_ddl(statements.ROLLUP_STAGES, emptied_at_commit=True):
         conn.execute(ddl)
-    conn.execute(
+    conn.execute(staged, values)
+    conn.execute(merge)
+
+
+def add_one_run(conn: psycopg.Connection, project_id: str, agent: str) -> None:
+    """One run's start, in the run rollups."""
+    stage_and_merge(
+        conn,
         "INSERT INTO kw_stage_rollups (project_id, agent_name, bucket, runs, steps) "
         "VALUES (%s, %s, %s, 1, 3)",
         (project_id, agent, HOUR),
+        statements.MERGE_RUN_ROLLUPS,
     )
-    conn.execute(statements.MERGE_RUN_ROLLUPS)
 
 
 async def test_two_connections_add_to_one_agents_hour_without_waiting(
@@ -103,16 +111,14 @@ async def test_erasure_takes_a_run_out_of_every_shard(project: Project, db_url: 
 
 
 def add_one_finished_run(conn: psycopg.Connection, project_id: str, tool: str) -> None:
-    """Stage a finished run's two calls of ``tool`` in the tool rollups and merge them,
-    as every finish does."""
-    for ddl in statements.staging_ddl(statements.ROLLUP_STAGES, emptied_at_commit=True):
-        conn.execute(ddl)
-    conn.execute(
+    """A finished run's two calls of ``tool``, in the tool rollups, as a finish adds them."""
+    stage_and_merge(
+        conn,
         "INSERT INTO kw_stage_tools (project_id, bucket, tool_name, duration_bin, calls, runs, "
         "repeated_calls, error_calls) VALUES (%s, %s, %s, 300, 2, 1, 1, 0)",
         (project_id, HOUR, tool),
+        statements.MERGE_TOOL_ROLLUPS,
     )
-    conn.execute(statements.MERGE_TOOL_ROLLUPS)
 
 
 async def test_two_finishes_add_to_one_tools_hour_without_waiting(

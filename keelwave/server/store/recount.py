@@ -37,7 +37,12 @@ import psycopg
 
 from keelwave.server.store import daily_rollups, tool_rollups
 from keelwave.server.store.histogram import bin_sql
-from keelwave.server.store.statements import ROLLUP_COUNTERS, TERMINATION_COUNTERS
+from keelwave.server.store.statements import (
+    ROLLUP_COUNTERS,
+    TERMINATION_COUNTERS,
+    calls_of_run,
+    steps_of_run,
+)
 
 # Rule 3's order (statements.py): runs first, then the rollups, each daily table
 # straight after its hourly one.
@@ -58,20 +63,12 @@ SET step_count = n.steps, llm_calls = n.calls, input_tokens = n.input_tokens,
     output_tokens = n.output_tokens, cost_usd = n.cost_usd,
     duration_ms = coalesce(r.duration_ms, n.duration_ms)
 FROM (
-    SELECT r.id,
-           (SELECT count(*) FROM agent_steps s
-            WHERE s.project_id = r.project_id AND s.run_id = r.id) AS steps,
-           c.*,
+    SELECT r.id, {steps_of_run("r")} AS steps, c.*,
            CASE WHEN r.ended_at IS NOT NULL
                 THEN greatest(0, extract(epoch FROM r.ended_at - r.started_at) * 1000) END
                AS duration_ms
     FROM agent_runs r
-    CROSS JOIN LATERAL (
-        SELECT count(*) AS calls, coalesce(sum(a.input_tokens), 0) AS input_tokens,
-               coalesce(sum(a.output_tokens), 0) AS output_tokens,
-               coalesce(sum(a.cost_usd), 0) AS cost_usd
-        FROM ai_traces a WHERE a.project_id = r.project_id AND a.run_id = r.id
-    ) c
+    CROSS JOIN LATERAL ({calls_of_run("r")}) c
     WHERE r.project_id = %(project)s
 ) n
 WHERE r.project_id = %(project)s AND r.id = n.id

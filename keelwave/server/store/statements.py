@@ -246,6 +246,25 @@ _HOUR = "date_trunc('hour', {}, 'UTC')"
 # row). On plain PostgreSQL both are an index probe per row. Model calls are
 # looked up within their run for the same reason: a run's calls are one segment.
 
+
+def steps_of_run(run: str) -> str:
+    """How many steps are stored for the run ``run`` (an alias with project_id, id)."""
+    return (
+        f"(SELECT count(*) FROM agent_steps t WHERE t.project_id = {run}.project_id "
+        f"AND t.run_id = {run}.id)"
+    )
+
+
+def calls_of_run(run: str) -> str:
+    """The model calls stored for the run ``run``, as its counters count them: calls,
+    input_tokens, output_tokens, cost_usd (a LATERAL subquery)."""
+    return f"""
+        SELECT count(*) AS calls, coalesce(sum(a.input_tokens), 0) AS input_tokens,
+               coalesce(sum(a.output_tokens), 0) AS output_tokens,
+               coalesce(sum(a.cost_usd), 0) AS cost_usd
+        FROM ai_traces a WHERE a.project_id = {run}.project_id AND a.run_id = {run}.id"""
+
+
 # New runs: skip ids already stored (or repeated in the batch: first wins); count
 # steps and model calls that arrived before their run; add the run to its rollup.
 INSERT_RUNS = f"""
@@ -253,16 +272,9 @@ WITH inserted AS (
     INSERT INTO agent_runs ({_cols(_names(RUN_COLUMNS))}, step_count, llm_calls, input_tokens,
                             output_tokens, cost_usd, last_activity_at)
     SELECT DISTINCT ON (s.project_id, s.id) {_cols(_names(RUN_COLUMNS), "s.")},
-           (SELECT count(*) FROM agent_steps t
-            WHERE t.project_id = s.project_id AND t.run_id = s.id),
-           c.calls, c.input_tokens, c.output_tokens, c.cost_usd, now()
+           {steps_of_run("s")}, c.calls, c.input_tokens, c.output_tokens, c.cost_usd, now()
     FROM kw_stage_runs s
-    CROSS JOIN LATERAL (
-        SELECT count(*) AS calls, coalesce(sum(a.input_tokens), 0) AS input_tokens,
-               coalesce(sum(a.output_tokens), 0) AS output_tokens,
-               coalesce(sum(a.cost_usd), 0) AS cost_usd
-        FROM ai_traces a WHERE a.project_id = s.project_id AND a.run_id = s.id
-    ) c
+    CROSS JOIN LATERAL ({calls_of_run("s")}) c
     WHERE NOT EXISTS (SELECT 1 FROM agent_runs r WHERE r.project_id = s.project_id AND r.id = s.id)
     ORDER BY s.project_id, s.id, s.seq
     RETURNING project_id, agent_name, started_at, step_count, llm_calls, input_tokens,

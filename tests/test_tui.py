@@ -3,11 +3,13 @@ and SVG snapshots of its main screens (at 100×30, with a frozen clock)."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 import time
 import uuid
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import httpx
 import psycopg
@@ -645,6 +647,72 @@ async def test_a_vanished_server_is_a_status_line_not_a_crash(server, key) -> No
         await wait_for(pilot, lambda: "cannot reach" in text_of(status))
         assert "retrying" in text_of(status)
         await pilot.pause(1.2)  # it keeps retrying without falling over
+        assert app.is_running
+
+
+class HeldSource(Source):
+    """The real source, whose answers are held back until ``release`` is set: data that
+    arrives while a screen is being closed."""
+
+    def __init__(self, api: Api, clock) -> None:
+        super().__init__(api, clock)
+        self.release = asyncio.Event()
+        self.waiting = asyncio.Event()
+
+    async def _held(self, answer: Awaitable) -> Any:
+        result = await answer
+        self.waiting.set()
+        await self.release.wait()
+        return result
+
+    async def runs(self, **filters: Any) -> list[dict]:
+        return await self._held(super().runs(**filters))
+
+    async def run(self, run_id: str) -> dict:
+        return await self._held(super().run(run_id))
+
+
+def release_when_unmounted(widget, source: HeldSource) -> None:
+    """Let the held answer through the moment ``widget`` leaves the screen being closed,
+    before the screen's own workers are stopped. (Textual finds handlers on the class,
+    so the widget becomes an instance of a subclass that has one.)"""
+
+    async def _on_unmount(self) -> None:
+        source.release.set()
+        await asyncio.sleep(0.05)  # the screen's worker takes its answer meanwhile
+        super(type(self), self)._on_unmount()
+
+    widget.__class__ = type(type(widget).__name__, (type(widget),), {"_on_unmount": _on_unmount})
+
+
+async def test_quitting_while_the_runs_are_on_their_way_is_quiet(server, key) -> None:
+    api = Api(Credentials(server.url, key, "test"), timeout=2)
+    source = HeldSource(api, clock=lambda: NOW)
+    app = KeelwaveApp(source, refresh_seconds=3600)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_for(pilot, source.waiting.is_set)
+        release_when_unmounted(app.screen.query_one("#summary", Static), source)
+    # leaving the block closes the app; the answer that lands meanwhile has nowhere to go
+
+
+async def test_leaving_a_run_before_it_has_loaded_is_quiet(server, key) -> None:
+    api = Api(Credentials(server.url, key, "test"), timeout=2)
+    source = HeldSource(api, clock=lambda: NOW)
+    app = KeelwaveApp(source, refresh_seconds=3600)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_for(pilot, source.waiting.is_set)
+        source.release.set()
+        table = app.screen.query_one(DataTable)
+        await wait_for(pilot, lambda: table.row_count == 4)
+        source.release.clear()
+        source.waiting.clear()
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, RunScreen))
+        await wait_for(pilot, source.waiting.is_set)
+        release_when_unmounted(app.screen.query_one("#header", Static), source)
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: isinstance(app.screen, RunsScreen))
+        await pilot.pause(0.2)
         assert app.is_running
 
 

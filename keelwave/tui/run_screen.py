@@ -4,6 +4,7 @@ order they started), the inspector, findings, loops, model calls and child runs.
 
 from __future__ import annotations
 
+from contextlib import suppress
 from datetime import datetime
 
 from rich.text import Text
@@ -11,6 +12,7 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
+from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static, TabbedContent, TabPane, Tree
 from textual.widgets.tree import TreeNode
@@ -86,8 +88,15 @@ class RunScreen(Screen):
             items = await self.source.timeline(self.run_id)
             findings = await self.source.findings(self.run_id)
         except ApiError as error:
-            self.query_one("#status", Static).update(f"⚠ {error} (escape to go back)")
+            with suppress(NoMatches):  # see below
+                self.query_one("#status", Static).update(f"⚠ {error} (escape to go back)")
             return
+        # The user may have gone back while the run was on its way: the screen's widgets
+        # are gone, and the run has nowhere to go.
+        with suppress(NoMatches):
+            self._show(run, items, findings)
+
+    def _show(self, run: dict, items: list[dict], findings: list[dict]) -> None:
         self.run = run
         self.findings = findings
         rows = waterfall.rows_of(items, findings)

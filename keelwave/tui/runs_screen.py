@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from contextlib import suppress
 from typing import Any
 
 from rich.text import Text
 from textual import events, on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
+from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input, Static
 
@@ -109,14 +111,21 @@ class RunsScreen(Screen):
             "agent_name": self.agent,
             "q": self.query_text or None,
         }
-        status = self.query_one("#status", Static)
         try:
             runs = await self.source.runs(**filters)
             summary = await self.source.summary()
         except ApiError as error:
-            status.update(f"⚠ {error} — retrying every {self.refresh_seconds:g} s")
+            with suppress(NoMatches):  # see below
+                status = f"⚠ {error} — retrying every {self.refresh_seconds:g} s"
+                self.query_one("#status", Static).update(status)
             return
-        status.update("")
+        # The screen may have closed while the answer was on its way (the user quit): its
+        # widgets are gone, and the answer has nowhere to go.
+        with suppress(NoMatches):
+            self._show(runs, summary)
+
+    def _show(self, runs: list[dict], summary: dict) -> None:
+        self.query_one("#status", Static).update("")
         self.query_one(SummaryStrip).show(summary)
         self.agents = sorted({run["agent_name"] for run in runs} | set(self.agents))
         self._fill(runs)

@@ -156,12 +156,14 @@ async def test_runs_written_straight_into_the_tables_show_after_a_recount(
 # Makes each recount dwell a second after it has emptied the project's rollups and
 # before it rebuilds them: the moment a write it did not wait for would be lost or
 # counted twice.
-SLOW_RECOUNT = """
-CREATE FUNCTION kw_test_dwell() RETURNS trigger LANGUAGE plpgsql AS
-$$ BEGIN PERFORM pg_sleep(1); RETURN NULL; END $$;
-CREATE TRIGGER kw_test_dwell AFTER DELETE ON agent_tool_rollups_daily
-FOR EACH STATEMENT EXECUTE FUNCTION kw_test_dwell();
-"""
+SLOW_RECOUNT = (
+    # (on Citus the trigger goes to every shard, and each statement to every node)
+    "SET citus.enable_unsafe_triggers TO on",
+    "CREATE FUNCTION kw_test_dwell() RETURNS trigger LANGUAGE plpgsql AS"
+    " $$ BEGIN PERFORM pg_sleep(1); RETURN NULL; END $$",
+    "CREATE TRIGGER kw_test_dwell AFTER DELETE ON agent_tool_rollups_daily"
+    " FOR EACH STATEMENT EXECUTE FUNCTION kw_test_dwell()",
+)
 
 
 async def test_steps_that_arrive_during_a_recount_are_counted_once(
@@ -170,7 +172,8 @@ async def test_steps_that_arrive_during_a_recount_are_counted_once(
     runs = dataset(seed=5, count=20)
     await send(api, project, runs[:8])
     with psycopg.connect(db_url, autocommit=True) as conn:
-        conn.execute(SLOW_RECOUNT)
+        for statement in SLOW_RECOUNT:
+            conn.execute(statement)
     try:
         for part in (runs[8:14], runs[14:]):  # sent while a recount dwells, twice
             recounting = asyncio.create_task(recounted(db_url, project))

@@ -45,7 +45,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from keelwave import __version__
 from keelwave.server.alerts import destinations
 from keelwave.server.alerts.destinations import DestinationRefused, GuardedResolver
-from keelwave.server.store.periodic import woken
+from keelwave.server.store.periodic import stopped, woken
 from keelwave.settings import Settings
 
 log = logging.getLogger("keelwave.alerts")
@@ -280,12 +280,7 @@ class Deliverer:
     async def stop(self) -> None:
         """Stop claiming; let sends in flight finish for a moment, then cut them short
         and release their leases so that another process sends them at once."""
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
+        await stopped(self._task)
         if self._sending:
             _, unfinished = await asyncio.wait(list(self._sending), timeout=STOP_GRACE_SECONDS)
             cut = [self._sending[task] for task in unfinished if task in self._sending]

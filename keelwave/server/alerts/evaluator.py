@@ -42,6 +42,7 @@ from keelwave.server.alerts.destinations import render_body
 from keelwave.server.alerts.schemas import WINDOWS
 from keelwave.server.http.params import Window
 from keelwave.server.query.aggregates import counters, rate, window_counters
+from keelwave.server.store.periodic import stopped
 
 log = logging.getLogger("keelwave.alerts")
 
@@ -107,12 +108,7 @@ class Evaluator:
         self._task = asyncio.create_task(self._run(), name="keelwave-alerts")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
+        await stopped(self._task)
 
     async def _run(self) -> None:
         while True:

@@ -14,7 +14,6 @@ ingest fails fast with 503 at the writer instead of waiting here.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 import uuid
@@ -27,6 +26,7 @@ from psycopg_pool import AsyncConnectionPool
 from keelwave.db.keys import KEY_PREFIX, KEYS_CHANNEL, hash_key
 from keelwave.server.http.errors import ApiError
 from keelwave.server.redaction import BUILTIN, ServerRedaction, for_patterns
+from keelwave.server.store.periodic import stopped
 
 log = logging.getLogger("keelwave.auth")
 
@@ -122,10 +122,7 @@ class KeyStore:
         self._listener = asyncio.create_task(self._listen(), name="keelwave-key-listener")
 
     async def stop(self) -> None:
-        if self._listener is not None:
-            self._listener.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._listener
+        await stopped(self._listener)
 
     async def _listen(self) -> None:
         while True:

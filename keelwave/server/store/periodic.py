@@ -30,6 +30,31 @@ async def woken(event: asyncio.Event, seconds: float) -> None:
         pass
 
 
+# How long a cancelled background task is given to end before it is cancelled again.
+RECANCEL_SECONDS = 1.0
+
+
+async def stopped(task: asyncio.Task | None) -> None:
+    """Cancel ``task`` and return once it has ended.
+
+    One cancel is not always enough on Python 3.11: psycopg_pool waits for a free
+    connection with ``asyncio.wait_for``, which returns the connection instead of
+    raising when the cancellation and the connection arrive together. The task then
+    runs on as if never told, and a shutdown awaiting it waits for ever. So the task
+    is cancelled again while it has not ended. The caller's own cancellation is not
+    swallowed here (``asyncio.wait`` neither raises for the task nor cancels it).
+    """
+    if task is None:
+        return
+    while not task.done():
+        task.cancel()
+        await asyncio.wait({task}, timeout=RECANCEL_SECONDS)
+    if not task.cancelled() and task.exception() is not None:
+        logging.getLogger("keelwave").error(
+            "%s ended with an error", task.get_name(), exc_info=task.exception()
+        )
+
+
 class Periodic:
     def __init__(
         self, name: str, job: Job, every: float, log: logging.Logger, first_after: float = 0
@@ -45,12 +70,7 @@ class Periodic:
         self._task = asyncio.create_task(self._run(), name=f"keelwave-{self.name}")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
+        await stopped(self._task)
 
     async def _run(self) -> None:
         await asyncio.sleep(self._first_after)

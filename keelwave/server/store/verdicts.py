@@ -52,7 +52,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from keelwave.server.findings import Finding, StepView, findings
 from keelwave.server.store import run_calls, statements
-from keelwave.server.store.periodic import woken
+from keelwave.server.store.periodic import stopped, woken
 
 log = logging.getLogger("keelwave.verdicts")
 
@@ -189,12 +189,7 @@ class VerdictKeeper:
         self._task = asyncio.create_task(self._run(), name="keelwave-verdicts")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
+        await stopped(self._task)
 
     async def round(self) -> int:
         """Judge the runs due now (up to RUNS_PER_ROUND); return how many."""

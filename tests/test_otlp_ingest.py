@@ -13,7 +13,14 @@ import zlib
 import aiohttp
 import psycopg
 import pytest
-from conftest import Api, assert_sketches_stored, make_project, make_settings, query
+from conftest import (
+    Api,
+    assert_sketches_stored,
+    make_project,
+    make_settings,
+    query,
+    trigger_probe,
+)
 from google.rpc import status_pb2
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 from otlp_exports import ALL, document, export_of, spans_of, split, to_protobuf
@@ -450,6 +457,7 @@ async def _while_the_writes_wait(
     return await asyncio.gather(*held, *queued)
 
 
+@trigger_probe
 async def test_exports_that_wait_are_committed_together_and_a_refused_one_alone(
     api, project, db_url
 ) -> None:

@@ -686,8 +686,7 @@ def release_when_unmounted(widget, source: HeldSource) -> None:
 
 
 async def test_quitting_while_the_runs_are_on_their_way_is_quiet(server, key) -> None:
-    api = Api(Credentials(server.url, key, "test"), timeout=2)
-    source = HeldSource(api, clock=lambda: NOW)
+    source = HeldSource(Api(Credentials(server.url, key, "test"), timeout=2), clock=lambda: NOW)
     app = KeelwaveApp(source, refresh_seconds=3600)
     async with app.run_test(size=(100, 30)) as pilot:
         await wait_for(pilot, source.waiting.is_set)
@@ -696,8 +695,7 @@ async def test_quitting_while_the_runs_are_on_their_way_is_quiet(server, key) ->
 
 
 async def test_leaving_a_run_before_it_has_loaded_is_quiet(server, key) -> None:
-    api = Api(Credentials(server.url, key, "test"), timeout=2)
-    source = HeldSource(api, clock=lambda: NOW)
+    source = HeldSource(Api(Credentials(server.url, key, "test"), timeout=2), clock=lambda: NOW)
     app = KeelwaveApp(source, refresh_seconds=3600)
     async with app.run_test(size=(100, 30)) as pilot:
         await wait_for(pilot, source.waiting.is_set)

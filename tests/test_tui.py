@@ -187,7 +187,8 @@ def text_of(widget: Static) -> str:
     return console.export_text()
 
 
-async def wait_for(pilot, condition, tries: int = 100) -> None:
+async def wait_for(pilot, condition, tries: int = 400) -> None:
+    # (up to 20 s, as the dashboard's tests wait: a shared machine can be that slow)
     for _ in range(tries):
         if condition():
             return

@@ -24,6 +24,7 @@ from keelwave.sdk import _redact, canonical_json, fingerprint
 from keelwave.sdk._delivery import Event
 from keelwave.sdk._redact import DEFAULT, REDACTED
 from keelwave.sdk._run import Run
+from keelwave.server.screen import SPREAD_UP_TO
 
 VECTORS = Path(__file__).resolve().parent / "vectors" / "redaction.json"
 
@@ -563,8 +564,6 @@ def _one_pass_screen():
 @given(texts | values.map(canonical_json))
 def test_the_servers_one_pass_screen_finds_what_the_re_screen_finds(text: str) -> None:
     one_pass = _one_pass_screen()
-    from keelwave.server.screen import SPREAD_UP_TO
-
     # Short texts have a screen of their own in both; long ones are scanned in their
     # compact form by the one-pass screen.
     for candidate in (text, "." * 100 + text, " " * SPREAD_UP_TO + text):

@@ -20,6 +20,7 @@ from aiohttp import web
 
 from keelwave.server.app import create_app, tune_garbage_collector
 from keelwave.server.ingest.pricing import PriceTable
+from keelwave.server.store.periodic import woken
 from keelwave.settings import Settings
 
 
@@ -77,10 +78,7 @@ async def serve_app(
             await stop.wait()
         else:
             while not stop.is_set() and still_wanted():
-                try:
-                    await asyncio.wait_for(stop.wait(), timeout=POLL_SECONDS)
-                except TimeoutError:
-                    pass
+                await woken(stop, POLL_SECONDS)
         when_stopping()
     finally:
         # Stops accepting, lets in-flight requests finish, then the writer commits

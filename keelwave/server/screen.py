@@ -92,8 +92,7 @@ class OnePassScreen:
                 self._whole.scan(data, match_event_handler=_stop, scratch=whole)
             else:
                 self._values.scan(data, match_event_handler=_stop, scratch=values)
-                compact = bytes(data).translate(_redact._LOWER_BYTES, _redact._DROPPED_BYTES)
-                self._keys.scan(compact, match_event_handler=_stop, scratch=keys)
+                self._keys.scan(_compact(data), match_event_handler=_stop, scratch=keys)
         except hyperscan.ScanTerminated:
             return True
         return False
@@ -105,7 +104,7 @@ class OnePassScreen:
         lengths. A match that spans a separator makes its payload a suspect for nothing;
         every match inside one payload is found."""
         texts = [bytes(payload) if payload else b"" for payload in payloads]
-        compacts = [text.translate(_redact._LOWER_BYTES, _redact._DROPPED_BYTES) for text in texts]
+        compacts = [_compact(text) for text in texts]
         found: set[int] = set()
         for database, parts, scratch in zip(
             (self._values, self._keys), (texts, compacts), self._scratch()[:2], strict=True
@@ -117,6 +116,11 @@ class OnePassScreen:
                 bounds = list(itertools.accumulate(len(part) + 1 for part in parts))
                 found.update(bisect.bisect_left(bounds, end) for end in ends)
         return found
+
+
+def _compact(data: bytes | memoryview) -> bytes:
+    """The compact form: ASCII letters lowercased, ``-_. `` dropped (as the SDK's)."""
+    return bytes(data).translate(_redact._LOWER_BYTES, _redact._DROPPED_BYTES)
 
 
 def _spread(fragment: str) -> bytes:

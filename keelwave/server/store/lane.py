@@ -66,8 +66,13 @@ PLANNER_SETTINGS = (
     "plan_cache_mode = force_generic_plan",
 )
 TIMESCALEDB_PLANNER_SETTINGS: tuple[str, ...] = ()
+# Emptying a staging table at the end of a flush: a statement PostgreSQL would
+# otherwise parse and plan again on every flush, prepared like the rest.
+_STAGES_EMPTIED = (*(name for name, *_ in WRITER_STAGES), statements.FINISH_STAGE)
+EMPTY = {name: f"DELETE FROM {name}" for name in _STAGES_EMPTIED}
 # What scripts run on every flush, prepared once per connection.
 PREPARED = {
+    **{f"kw_empty_{name.removeprefix('kw_stage_')}": sql for name, sql in EMPTY.items()},
     "kw_lock_groups": statements.LOCK_GROUPS_SQL,
     "kw_lock_runs": statements.LOCK_RUNS_SQL,
     "kw_check_direct_copy": statements.CHECK_DIRECT_COPY,
@@ -206,15 +211,14 @@ class Lane:
         if has_tools:
             tail.append(statements.MERGE_TOOL_ROLLUPS)
         if self._truncate_now(parts):
-            names = (*(name for name, *_ in WRITER_STAGES), statements.FINISH_STAGE)
-            tail.append(f"TRUNCATE {', '.join(names)}")
+            tail.append(f"TRUNCATE {', '.join(_STAGES_EMPTIED)}")
         else:
-            tail += [f"DELETE FROM {stage}" for stage, *_ in parts]
-            tail.append("DELETE FROM kw_stage_rollups")
+            tail += [EMPTY[stage] for stage, *_ in parts]
+            tail.append(EMPTY["kw_stage_rollups"])
             if has_finishes:
-                tail.append("DELETE FROM kw_stage_durations")
+                tail.append(EMPTY["kw_stage_durations"])
             if has_tools:
-                tail.append("DELETE FROM kw_stage_tools")
+                tail.append(EMPTY["kw_stage_tools"])
         tail.append("COMMIT")
         return tail
 

@@ -15,7 +15,8 @@ INSERT (BEGIN, INSERT, COMMIT), the least a durable write costs.
 Shapes (rows as the routes build them, payloads from bench/workloads.py's pool):
 run start; one model call; 7 steps of a started run; the finish of a 20-step run;
 and a mixed flush as agent-shaped traffic makes them (a run start, 7 steps of
-another run, a model call, and a finish).
+another run, a model call, and a finish). The tool calls of finished runs that the
+writer leaves pending are folded in every FOLD_EVERY flushes, counted with them.
 """
 
 from __future__ import annotations
@@ -39,12 +40,23 @@ sys.path.insert(0, os.path.dirname(__file__))
 from ingest import drop_database, scratch_database  # noqa: E402
 from workloads import POOL_SIZE, tool_pool  # noqa: E402
 
+from keelwave.server.store import pending_tools  # noqa: E402
 from keelwave.server.store.lane import Lane, Rows  # noqa: E402
 from keelwave.server.store.lifecycle import Finish, finish_row  # noqa: E402
 from keelwave.server.store.statements import STEP_COLUMNS  # noqa: E402
 
 PROJECT = uuid.uuid4()
 STEPS_A_RUN = 20
+# The tool calls a finish leaves pending (store/pending_tools.py) are folded in by the
+# server every second; here every this many flushes, on the same connection, so that
+# their share of the fold counts in each flush's figure (100 finishes a second is what
+# bench/workloads.py's agent-shaped load reaches on 2 cores).
+FOLD_EVERY = 100
+
+
+async def fold(conn) -> None:
+    async with conn.transaction():
+        await conn.execute(pending_tools.FOLD)
 
 
 class Maker:
@@ -125,6 +137,9 @@ async def measure(lane: Lane, flushes: int, seed: int) -> dict[str, float]:
         before = sum(backend.cpu_times()[:2])
         for n in range(flushes):
             await lane.commit(batch(n))
+            if n % FOLD_EVERY == FOLD_EVERY - 1:
+                await fold(conn)
+        await fold(conn)
         figures[name] = 1e6 * (sum(backend.cpu_times()[:2]) - before) / flushes
     # The same step as a plain INSERT: json columns as text, everything else as it is.
     step = [bytes(v).decode() if isinstance(v, msgspec.Raw) else v for v in rows.step(going[0], 1)]

@@ -253,6 +253,19 @@ def query(db_url: str, sql: str, params: tuple = ()) -> list[tuple]:
         return conn.execute(sql, params).fetchall()
 
 
+def fold_pending_tool_rollups(db_url: str) -> None:
+    """Fold in the tool rollups the writer left pending, as a server does every second
+    (store/pending_tools.py): the rollup tables then hold everything committed."""
+    from keelwave.server.store import pending_tools, statements
+
+    if ON_CITUS:
+        return  # its writer merges tool calls at once: nothing is left pending
+    with psycopg.connect(db_url) as conn:  # one transaction
+        for statement in statements.staging_ddl(statements.ROLLUP_STAGES, emptied_at_commit=True):
+            conn.execute(statement)
+        conn.execute(pending_tools.FOLD)
+
+
 def assert_sketches_stored(db_url: str, project_id: str) -> int:
     """Every tool step of the project keeps the sketch of its input as stored (what the
     verdict keeper groups by, findings/sketch.py), a step without a tool none; returns

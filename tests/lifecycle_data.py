@@ -17,7 +17,7 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from conftest import Api, Project, query
+from conftest import Api, Project, fold_pending_tool_rollups, query
 
 from keelwave.server.store import tool_rollups
 from keelwave.server.store.statements import ROLLUP_COUNTERS
@@ -186,6 +186,7 @@ def rollups(db_url: str, project_id: str, since: datetime | None = None) -> dict
     """Each rollup table's rows of a project (from the hour ``since`` on, the daily ones
     from its day on), without the project's id, costs rounded (a subtraction leaves
     float residue)."""
+    fold_pending_tool_rollups(db_url)
     found = {}
     since = since or datetime(1970, 1, 1, tzinfo=UTC)
     for table, (name, keys) in _ROLLUPS.items():

@@ -8,7 +8,13 @@ import uuid
 from datetime import UTC, datetime
 
 import pytest
-from conftest import make_project, plain_lane_only, query, writer_lane
+from conftest import (
+    fold_pending_tool_rollups,
+    make_project,
+    plain_lane_only,
+    query,
+    writer_lane,
+)
 
 from keelwave.server.findings.sketch import stored_sketch
 from keelwave.server.store import lane as lane_module
@@ -185,6 +191,7 @@ async def test_many_late_steps_of_a_finished_run_update_its_tool_rollups(
     [(step_count,)] = query(
         db_url, "SELECT step_count FROM agent_runs WHERE id = %s", (uuid.UUID(run_id),)
     )
+    fold_pending_tool_rollups(db_url)
     [(calls, runs)] = query(
         db_url,
         "SELECT sum(calls), sum(runs) FROM agent_tool_rollups WHERE project_id = %s",
@@ -347,6 +354,7 @@ def finish(project_id: str, run_id: uuid.UUID, reason: str = "clean", **fields) 
 
 def rollups(db_url: str, project_id: str) -> tuple:
     """(run rollups, run-duration histogram, tool rollups) of a project, summed."""
+    fold_pending_tool_rollups(db_url)
     [runs] = query(
         db_url,
         "SELECT sum(runs), sum(finished_runs), sum(error_runs), sum(term_clean), "

@@ -36,6 +36,7 @@ from keelwave.server.store import citus, connection_check, pooling, refusals, ti
 from keelwave.server.store.citus.lane import CitusLane
 from keelwave.server.store.citus.partitions import PartitionKeeper
 from keelwave.server.store.lane import Lane
+from keelwave.server.store.pending_tools import Folder
 from keelwave.server.store.reaper import Reaper
 from keelwave.server.store.retention import Enforcer
 from keelwave.server.store.verdicts import VerdictKeeper
@@ -173,6 +174,12 @@ async def _database(app: web.Application) -> AsyncIterator[None]:
     keystore.start()
     reaper = Reaper(pool, settings.timeout_after_seconds, settings.stall_after_seconds)
     reaper.start()
+    # The writer leaves finished runs' tool calls pending, except on Citus (its lane
+    # merges them at once): every process folds them in.
+    app[appkeys.PENDING_TOOL_ROLLUPS] = not distributed
+    folder = Folder(pool) if not distributed else None
+    if folder is not None:
+        folder.start()
     maintenance = timescale.Maintenance(pool)
     maintenance.start()
     # Every process has one; the lease in the database lets one work at a time.
@@ -208,6 +215,8 @@ async def _database(app: web.Application) -> AsyncIterator[None]:
         await writer.close()
         await verdicts.stop()
         await reaper.stop()
+        if folder is not None:
+            await folder.stop()
         await maintenance.stop()
         await retention.stop()
         if partition_keeper is not None:

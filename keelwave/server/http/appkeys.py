@@ -23,5 +23,7 @@ WRITER = web.AppKey("writer", IngestWriter)
 KEYSTORE = web.AppKey("keystore", KeyStore)
 METRICS = web.AppKey("metrics", Metrics)
 REFUSALS = web.AppKey("refusals", Reporter)
+# Whether tool rollups may have rows pending (store/pending_tools.py): not on Citus.
+PENDING_TOOL_ROLLUPS = web.AppKey("pending_tool_rollups", bool)
 # Whether one run's queries are prepared with generic plans (query/plans.py).
 GENERIC_RUN_PLANS = web.AppKey("generic_run_plans", bool)

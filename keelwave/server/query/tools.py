@@ -30,7 +30,7 @@ from keelwave.server.http.params import Window
 from keelwave.server.http.responses import respond
 from keelwave.server.query.aggregates import HOUR, floor_hour, rate
 from keelwave.server.query.schemas import ToolsResponse
-from keelwave.server.store import daily_rollups, histogram, tool_rollups
+from keelwave.server.store import daily_rollups, histogram, pending_tools, tool_rollups
 
 routes = ApiRoutes("query")
 
@@ -61,12 +61,15 @@ _ROLLUP_ROWS = daily_rollups.read_rows(
     daily_rollups.TOOLS, f"tool_name, duration_bin, {_COUNTERS}", "hours"
 )
 
-# (tool, duration bin, calls, runs, repeated calls, failed calls), bins ascending.
-_HISTOGRAM = f"""
+
+def _histogram(rollup_rows: str) -> str:
+    """(tool, duration bin, calls, runs, repeated calls, failed calls), bins ascending,
+    from ``rollup_rows`` and the raw runs."""
+    return f"""
 WITH raw_runs AS ({_RAW_RUNS})
 SELECT tool_name, duration_bin, {_SUMS}
 FROM (
-    SELECT tool_name, duration_bin, {_SUMS} FROM ({_ROLLUP_ROWS}) AS rollups
+    SELECT tool_name, duration_bin, {_SUMS} FROM ({rollup_rows}) AS rollups
     GROUP BY 1, 2
     UNION ALL
     SELECT tool_name, duration_bin, {_COUNTERS} FROM ({_RAW_STATS}) AS raw
@@ -74,6 +77,11 @@ FROM (
 GROUP BY 1, 2
 ORDER BY 1, 2
 """
+
+
+_HISTOGRAM = _histogram(_ROLLUP_ROWS)
+# With the rows the rollup hours still have pending (store/pending_tools.py).
+_HISTOGRAM_WITH_PENDING = _histogram(f"{_ROLLUP_ROWS}\n    UNION ALL{pending_tools.READ}")
 
 
 # Over a window this long, an hour cut by its edge whose cheaper part still holds more
@@ -176,8 +184,10 @@ async def tools(request: web.Request) -> web.Response:
     async with request.app[appkeys.POOL].connection() as conn:
         ranges, counted = await _ranges(conn, project_id, window)
         args = {"project": project_id, "since": counted.since, "until": counted.until, **ranges}
+        pending = request.app.get(appkeys.PENDING_TOOL_ROLLUPS, True)
+        histogram_sql = _HISTOGRAM_WITH_PENDING if pending else _HISTOGRAM
         for name, duration_bin, *counters in await (
-            await conn.execute(_HISTOGRAM, args)
+            await conn.execute(histogram_sql, args)
         ).fetchall():
             total = totals[name]
             for position, value in enumerate(counters):

@@ -31,7 +31,7 @@ from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
 
-from keelwave.server.store import daily_rollups, rollup_shards, statements, traces
+from keelwave.server.store import daily_rollups, pending_tools, rollup_shards, statements, traces
 from keelwave.server.store.citus import keys as citus_keys
 from keelwave.server.store.citus import partitions as citus_partitions
 
@@ -302,5 +302,9 @@ async def _erase_batch_once(
             await cur.execute(DELETE_OTLP, {"project": project, "ids": ids})
         await cur.execute(DELETE_RUNS, (project, ids))
         erased.runs = cur.rowcount
+        if not await citus_keys.in_use(conn):
+            # Tool calls of these runs may still be pending (pending_tools.py): taken in
+            # with the runs' share out, the keys they leave empty are deleted.
+            await cur.execute(pending_tools.TAKE)
         await cur.execute(MERGE_ROLLUPS)
     return erased

@@ -18,7 +18,7 @@ import psycopg
 from psycopg import pq
 from psycopg.adapt import PyFormat
 
-from keelwave.server.store import pgscript, statements, timescale
+from keelwave.server.store import pending_tools, pgscript, statements, timescale
 from keelwave.server.store.pgscript import Script, Unquotable, copy_data, prepare
 
 log = logging.getLogger("keelwave.writer")
@@ -82,7 +82,7 @@ PREPARED = {
     "kw_insert_traces": statements.INSERT_TRACES,
     "kw_merge_run_rollups": statements.MERGE_RUN_ROLLUPS,
     "kw_merge_duration_rollups": statements.MERGE_DURATION_ROLLUPS,
-    "kw_merge_tool_rollups": statements.MERGE_TOOL_ROLLUPS,
+    "kw_append_tool_rollups": pending_tools.APPEND,
     "kw_finish_staged": statements.FINISH_STAGED,
 }
 
@@ -208,8 +208,8 @@ class Lane:
         tail = [statements.MERGE_RUN_ROLLUPS]
         if has_finishes:
             tail.append(statements.MERGE_DURATION_ROLLUPS)
-        if has_tools:
-            tail.append(statements.MERGE_TOOL_ROLLUPS)
+        if has_tools:  # folded into the tool rollups in the background (pending_tools.py)
+            tail.append(pending_tools.APPEND)
         if self._truncate_now(parts):
             tail.append(f"TRUNCATE {', '.join(_STAGES_EMPTIED)}")
         else:

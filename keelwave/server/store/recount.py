@@ -35,7 +35,7 @@ from datetime import timedelta
 
 import psycopg
 
-from keelwave.server.store import daily_rollups, tool_rollups
+from keelwave.server.store import citus, daily_rollups, pending_tools, tool_rollups
 from keelwave.server.store.histogram import bin_sql
 from keelwave.server.store.statements import (
     ROLLUP_COUNTERS,
@@ -48,9 +48,10 @@ from keelwave.server.store.statements import (
 # straight after its hourly one.
 LOCKED = (
     "agent_runs", "agent_run_rollups", "agent_duration_rollups",
-    "agent_duration_rollups_daily", "agent_tool_rollups", "agent_tool_rollups_daily",
+    "agent_duration_rollups_daily", pending_tools.PENDING, "agent_tool_rollups",
+    "agent_tool_rollups_daily",
 )  # fmt: skip
-ROLLUP_TABLES = LOCKED[1:]
+ROLLUP_TABLES = tuple(table for table in LOCKED[1:] if table != pending_tools.PENDING)
 
 # A run's cost is a float summed as its calls arrived, request by request; summed again
 # in another order it may differ in the last bits (0.7 + (0.1 + 0.2) = 1.0, but
@@ -178,10 +179,15 @@ def recount(conn: psycopg.Connection, project_id: uuid.UUID | str) -> Recounted:
     with conn.transaction(), conn.cursor() as cur:
         for setting in PLANNER:
             cur.execute(f"SET LOCAL {setting}")
+        # (On Citus nothing is left pending: its writer merges tool calls at once.)
+        pending = not citus.on_citus_now(conn)
         for table in LOCKED:  # one at a time, in order: LOCK takes its list in order too
-            cur.execute(f"LOCK TABLE {table} IN EXCLUSIVE MODE")
+            if pending or table != pending_tools.PENDING:
+                cur.execute(f"LOCK TABLE {table} IN EXCLUSIVE MODE")
         cur.execute(RUN_COUNTERS, project)
         corrected = cur.rowcount
+        if pending:
+            cur.execute(pending_tools.FORGET_PROJECT, project)  # the rebuild counts them
         for table in ROLLUP_TABLES:
             cur.execute(f"DELETE FROM {table} WHERE project_id = %(project)s", project)
         rows = 0

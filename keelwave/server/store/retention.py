@@ -47,7 +47,7 @@ import msgspec
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
-from keelwave.server.store import daily_rollups, erasure, statements, traces
+from keelwave.server.store import daily_rollups, erasure, pending_tools, statements, traces
 from keelwave.server.store.citus import keys as citus_keys
 from keelwave.server.store.citus import partitions as citus_partitions
 from keelwave.server.store.periodic import Periodic
@@ -463,6 +463,9 @@ async def _delete_rollups(work: _Round, project_id: uuid.UUID, before: datetime)
     deleted = 0
     day = daily_rollups.floor_day(before)
     args = {"project": project_id, "before": before, "day": day, "limit": ROWS_PER_STATEMENT}
+    # Tool rollups of those hours still pending (pending_tools.py) go first: folded in
+    # later, they would bring deleted hours back.
+    deleted += await work.execute(pending_tools.FORGET_HOURS, args)
     daily = {table.hourly: table for table in daily_rollups.HISTOGRAMS}
     for table, keys in ROLLUP_KEYS:
         if table in daily:

@@ -19,7 +19,9 @@ started): what a new run, a step, a model call or a finish adds is collected
 in the session-local table ``kw_stage_rollups`` and merged at the end.
 Run-duration histograms (agent_duration_rollups, changed by finishes) and tool
 rollups (tool_rollups.py) are staged in ``kw_stage_durations`` and
-``kw_stage_tools`` and merged the same way.
+``kw_stage_tools`` and merged the same way; the ingest writer appends its
+staged tool rows to agent_tool_rollups_pending instead, folded in every second
+(pending_tools.py), whose rows come before agent_tool_rollups in rule 3's order.
 """
 
 from __future__ import annotations

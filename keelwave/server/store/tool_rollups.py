@@ -8,6 +8,8 @@ it finishes (by the SDK or the reaper): by then its steps are all there, so
 settled facts and the counters stay additive across hours. A step arriving
 after its run finished swaps the run's old contribution for the new one.
 Runs still going are read from agent_steps at query time; they are few.
+What the ingest writer's finishes add waits in agent_tool_rollups_pending for up
+to a second, and readers add it (pending_tools.py).
 
 Durations are kept as a log-scale histogram (histogram.py).
 """

@@ -15,10 +15,15 @@ import psycopg
 DISTRIBUTED_MARKER = "kw_run_locks"
 
 
+_ON_CITUS = "SELECT 1 FROM pg_extension WHERE extname = 'citus' AND to_regclass(%s) IS NOT NULL"
+
+
 async def on_citus(conn: psycopg.AsyncConnection) -> bool:
     """Whether this database holds keelwave's distributed schema."""
-    cursor = await conn.execute(
-        "SELECT 1 FROM pg_extension WHERE extname = 'citus' AND to_regclass(%s) IS NOT NULL",
-        (DISTRIBUTED_MARKER,),
-    )
+    cursor = await conn.execute(_ON_CITUS, (DISTRIBUTED_MARKER,))
     return await cursor.fetchone() is not None
+
+
+def on_citus_now(conn: psycopg.Connection) -> bool:
+    """:func:`on_citus` on a synchronous connection (the CLI's)."""
+    return conn.execute(_ON_CITUS, (DISTRIBUTED_MARKER,)).fetchone() is not None

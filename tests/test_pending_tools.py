@@ -1,0 +1,158 @@
+"""Finished runs' tool calls wait in agent_tool_rollups_pending until a fold moves them
+into the tool rollups (store/pending_tools.py). Whenever the fold comes, what users
+see is the same: /tools counts the pending rows, an erasure leaves no trace of its
+runs, a recount and retention leave nothing pending that would count twice."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from datetime import timedelta
+
+import psycopg
+import pytest
+from conftest import ON_CITUS, Api, fold_pending_tool_rollups, make_project, query, serving
+from lifecycle_data import NOW, Run, dataset, judged, send
+from psycopg_pool import AsyncConnectionPool
+
+from keelwave.server.store import pending_tools, retention
+from keelwave.server.store.recount import recount
+
+pytestmark = pytest.mark.skipif(ON_CITUS, reason="on Citus the writer merges tool calls at once")
+
+SINCE, UNTIL = NOW - timedelta(days=1), NOW + timedelta(hours=1)
+
+
+@pytest.fixture
+async def api(db_url: str, aiohttp_server, monkeypatch) -> AsyncIterator[Api]:
+    """A real server whose fold does not come during the test: what is pending stays."""
+    monkeypatch.setattr(pending_tools, "FOLD_SECONDS", 3600.0)
+    async with serving(db_url, aiohttp_server, 64 * 1024) as running:
+        yield running
+
+
+def pending(db_url: str, project_id: str) -> int:
+    [(count,)] = query(
+        db_url,
+        f"SELECT count(*) FROM {pending_tools.PENDING} WHERE project_id = %s",
+        (project_id,),
+    )
+    return count
+
+
+def tool_rollup_rows(db_url: str, project_id: str) -> list[tuple]:
+    return query(
+        db_url,
+        "SELECT tool_name, bucket, duration_bin, sum(calls), sum(runs), sum(repeated_calls), "
+        "sum(error_calls) FROM agent_tool_rollups WHERE project_id = %s "
+        "GROUP BY 1, 2, 3 ORDER BY 1, 2, 3",
+        (project_id,),
+    )
+
+
+async def tools(api: Api, project) -> dict:
+    status, body, _ = await api.get(
+        f"/v1/projects/{project.id}/agent/tools",
+        params={"since": SINCE.isoformat(), "until": UNTIL.isoformat()},
+        headers=project.auth(),
+    )
+    assert status == 200, body
+    return {tool["tool_name"]: tool for tool in body["data"]}
+
+
+async def test_tools_counts_what_is_pending_as_it_counts_it_once_folded(api, db_url) -> None:
+    project = make_project(db_url)
+    runs = [run for run in dataset(seed=11, count=12) if run.reason and run.steps]
+    await send(api, project, runs)
+    assert pending(db_url, project.id) > 0
+    assert tool_rollup_rows(db_url, project.id) == []  # nothing folded yet
+
+    before = await tools(api, project)
+    assert sum(tool["calls"] for tool in before.values()) == sum(run.steps for run in runs)
+    fold_pending_tool_rollups(db_url)
+    assert pending(db_url, project.id) == 0
+    assert tool_rollup_rows(db_url, project.id) != []
+    assert await tools(api, project) == before
+
+
+async def test_folding_twice_at_once_counts_every_row_once(api, db_url) -> None:
+    project = make_project(db_url)
+    runs = [run for run in dataset(seed=12, count=12) if run.reason and run.steps]
+    await send(api, project, runs)
+    expected = await tools(api, project)
+    # Two folds (two servers) racing over the same rows: each takes what the other did not.
+    await asyncio.gather(
+        asyncio.to_thread(fold_pending_tool_rollups, db_url),
+        asyncio.to_thread(fold_pending_tool_rollups, db_url),
+    )
+    assert pending(db_url, project.id) == 0
+    assert await tools(api, project) == expected
+
+
+async def test_an_erasure_takes_pending_calls_in_and_leaves_no_trace(api, db_url) -> None:
+    project = make_project(db_url)
+    run = Run(NOW - timedelta(hours=3))
+    run.reason, run.steps = "clean", 5
+    await send(api, project, [run])
+    await judged(db_url, project.id)
+    assert pending(db_url, project.id) > 0
+
+    status, body, _ = await api.request(
+        "DELETE", f"/v1/projects/{project.id}/agent/runs/{run.id}", headers=project.auth()
+    )
+    assert status == 200, body
+    fold_pending_tool_rollups(db_url)
+    assert pending(db_url, project.id) == 0
+    assert tool_rollup_rows(db_url, project.id) == []
+    assert query(
+        db_url, "SELECT count(*) FROM agent_tool_rollups_daily WHERE project_id = %s", (project.id,)
+    ) == [(0,)]
+
+
+def counted_tool_calls(db_url: str, project_id: str) -> list[tuple]:
+    """What the tool rollups count, folded or not: their rows and their pending rows."""
+    return query(
+        db_url,
+        "SELECT tool_name, bucket, duration_bin, sum(calls), sum(runs), sum(repeated_calls), "
+        "sum(error_calls) FROM (SELECT tool_name, bucket, duration_bin, calls, runs, "
+        "repeated_calls, error_calls FROM agent_tool_rollups WHERE project_id = %(p)s "
+        f"UNION ALL SELECT tool_name, bucket, duration_bin, calls, runs, repeated_calls, "
+        f"error_calls FROM {pending_tools.PENDING} WHERE project_id = %(p)s) AS parts "
+        "GROUP BY 1, 2, 3 HAVING sum(calls) <> 0 ORDER BY 1, 2, 3",
+        {"p": project_id},
+    )
+
+
+async def test_a_recount_counts_pending_calls_once(api, db_url) -> None:
+    project = make_project(db_url)
+    await send(api, project, dataset(seed=13, count=16))
+    await judged(db_url, project.id)
+    assert pending(db_url, project.id) > 0
+    counted = counted_tool_calls(db_url, project.id)
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        recount(conn, project.id)
+    assert pending(db_url, project.id) == 0
+    assert tool_rollup_rows(db_url, project.id) == counted
+
+
+async def test_retention_forgets_pending_calls_of_the_hours_it_deletes(api, db_url) -> None:
+    project = make_project(db_url)
+    old, kept = Run(NOW - timedelta(days=40)), Run(NOW - timedelta(hours=2))
+    for run in (old, kept):
+        run.reason, run.steps = "clean", 3
+    await send(api, project, [old, kept])  # (no retention yet: the old run is stored)
+    status, body, _ = await api.request(
+        "PATCH", f"/v1/projects/{project.id}", json={"retention_days": 30},
+        headers=project.auth(),
+    )  # fmt: skip
+    assert status == 200, body
+    async with AsyncConnectionPool(db_url, kwargs={"autocommit": True}, open=False) as pool:
+        while await retention.enforce(pool) is None:  # (the server's own round may hold it)
+            await asyncio.sleep(0.2)
+    fold_pending_tool_rollups(db_url)
+    buckets = query(
+        db_url,
+        "SELECT DISTINCT bucket FROM agent_tool_rollups WHERE project_id = %s",
+        (project.id,),
+    )
+    assert buckets == [(kept.started.replace(minute=0, second=0),)]  # the old hour stays gone

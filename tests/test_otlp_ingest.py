@@ -16,6 +16,7 @@ import pytest
 from conftest import (
     Api,
     assert_sketches_stored,
+    fold_pending_tool_rollups,
     make_project,
     make_settings,
     query,
@@ -55,7 +56,9 @@ async def send(api, key: str, doc: dict, as_protobuf: bool = False) -> tuple[int
 
 
 def stored(db_url: str, project_id: str) -> dict[str, list[tuple]]:
-    """Everything stored for a project's runs, without what says when it arrived."""
+    """Everything stored for a project's runs, without what says when it arrived (the
+    tool calls left pending folded in first, as the server does every second)."""
+    fold_pending_tool_rollups(db_url)
     project = uuid.UUID(project_id)
     return {
         "runs": query(

@@ -40,13 +40,19 @@ def pending(db_url: str, project_id: str) -> int:
     return count
 
 
-def tool_rollup_rows(db_url: str, project_id: str) -> list[tuple]:
+def tool_rollup_rows(db_url: str, project_id: str, with_pending: bool = False) -> list[tuple]:
+    """The project's tool rollups summed by key; ``with_pending``: what they count folded
+    or not, their pending rows added (keys that then count no call left out)."""
+    columns = "tool_name, bucket, duration_bin, calls, runs, repeated_calls, error_calls"
+    rows = f"SELECT {columns} FROM agent_tool_rollups WHERE project_id = %(p)s"
+    if with_pending:
+        rows += f" UNION ALL SELECT {columns} FROM {pending_tools.PENDING} WHERE project_id = %(p)s"
     return query(
         db_url,
         "SELECT tool_name, bucket, duration_bin, sum(calls), sum(runs), sum(repeated_calls), "
-        "sum(error_calls) FROM agent_tool_rollups WHERE project_id = %s "
-        "GROUP BY 1, 2, 3 ORDER BY 1, 2, 3",
-        (project_id,),
+        f"sum(error_calls) FROM ({rows}) AS parts GROUP BY 1, 2, 3 "
+        f"{'HAVING sum(calls) <> 0 ' if with_pending else ''}ORDER BY 1, 2, 3",
+        {"p": project_id},
     )
 
 
@@ -109,26 +115,12 @@ async def test_an_erasure_takes_pending_calls_in_and_leaves_no_trace(api, db_url
     ) == [(0,)]
 
 
-def counted_tool_calls(db_url: str, project_id: str) -> list[tuple]:
-    """What the tool rollups count, folded or not: their rows and their pending rows."""
-    return query(
-        db_url,
-        "SELECT tool_name, bucket, duration_bin, sum(calls), sum(runs), sum(repeated_calls), "
-        "sum(error_calls) FROM (SELECT tool_name, bucket, duration_bin, calls, runs, "
-        "repeated_calls, error_calls FROM agent_tool_rollups WHERE project_id = %(p)s "
-        f"UNION ALL SELECT tool_name, bucket, duration_bin, calls, runs, repeated_calls, "
-        f"error_calls FROM {pending_tools.PENDING} WHERE project_id = %(p)s) AS parts "
-        "GROUP BY 1, 2, 3 HAVING sum(calls) <> 0 ORDER BY 1, 2, 3",
-        {"p": project_id},
-    )
-
-
 async def test_a_recount_counts_pending_calls_once(api, db_url) -> None:
     project = make_project(db_url)
     await send(api, project, dataset(seed=13, count=16))
     await judged(db_url, project.id)
     assert pending(db_url, project.id) > 0
-    counted = counted_tool_calls(db_url, project.id)
+    counted = tool_rollup_rows(db_url, project.id, with_pending=True)
     with psycopg.connect(db_url, autocommit=True) as conn:
         recount(conn, project.id)
     assert pending(db_url, project.id) == 0

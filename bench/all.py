@@ -20,6 +20,14 @@ them next to the targets keelwave holds itself to on a 2-core machine:
   processes (batched as the SDK batches at its fullest), three rounds in turn:
   committed steps/s and the median ratio; every step the agents made is in the
   database (issue 23);
+- otlp.py: the OTLP issue's agent fleet through the OpenTelemetry SDK's batch
+  exporter, three rounds of keelwave's /v1/traces, keelwave's own SDK with the same
+  steps, and Arize Phoenix fed the same spans (when the `phoenix` command is
+  there): OTLP at least 100x Phoenix and at least half of native ingest (median
+  round), every run, step and model call stored (issues 18 and 23);
+- memory: the server's resident size, sampled once a second under each load
+  above, is flat: the second half of a load never needs more than 10% above
+  what the first half reached (issue 23);
 - scale.py (with --scale-db, a database kept by `scale.py --keep`): the
   aggregates, run lists and a 10,000-step run's timeline within budget on 50
   million steps over 30 days (issue 23);
@@ -43,13 +51,18 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).parent
-BENCHMARKS = ("ingest", "workloads", "sdk-load", "queries", "sdk", "cli", "peer")
+MEMORY_SLACK = 0.10  # see memory_row
+# otlp.py's runs per agent: three times its default, so that each OTLP round lasts
+# long enough (about 15 s on 2 cores) for its memory to say something
+OTLP_RUNS_PER_AGENT = 30
+BENCHMARKS = ("ingest", "workloads", "sdk-load", "otlp", "queries", "sdk", "cli", "peer")
 
 
 def run(script: str, arguments: list[str], results: Path) -> dict | list | None:
@@ -90,12 +103,17 @@ def main() -> None:
                              f"{load['steps_per_s']:,.0f} steps/s = {ratio:.0%} of COPY, "
                              f"{load['server_cpu_us_per_step']:.0f} µs server CPU/step",
                              "≥ 50% of COPY", ratio >= 0.5))  # fmt: skip
+                rows.append(memory_row(f"workload {load['workload']}", load["rss_mib"]))
         if "sdk-load" not in args.skip:
             arguments = ["--seconds", str(args.seconds), "--modes", "sdk", "raw", "--repeat", "3"]
             if loads := run("sdk_load.py", arguments, out / "l.json"):
                 rows.append(_sdk_load_row(loads))
+                sdk_rounds = [r for r in loads if r["mode"] == "sdk"]
+                rows.append(memory_row("real SDK", sdk_rounds[0]["rss_mib"]))
             else:  # it exits non-zero when the database lacks what the agents made
                 rows.append(("real SDK", "failed: see its output", "all stored", False))
+        if "otlp" not in args.skip:
+            rows += _otlp_rows(args, out)
         if "queries" not in args.skip:
             where = ["--reuse", args.queries_db] if args.queries_db else []
             queries = run("queries.py", where, out / "q.json")
@@ -146,6 +164,49 @@ def main() -> None:
         sys.exit(1)
 
 
+def _otlp_rows(args: argparse.Namespace, out: Path) -> list[tuple[str, str, str, bool | None]]:
+    """OTLP against Phoenix and against native ingest, each the median of three rounds;
+    whether every run, step and model call sent was stored; memory under OTLP."""
+    phoenix = shutil.which(args.phoenix) is not None
+    skip = ["decode", "insert", "profile", *([] if phoenix else ["phoenix"])]
+    arguments = ["--repeat", "3", "--runs", str(OTLP_RUNS_PER_AGENT), "--phoenix", args.phoenix,
+                 "--skip", *skip]  # fmt: skip
+    found = run("otlp.py", arguments, out / "o.json")
+    if not found or "summary" not in found:
+        return [("OTLP (bench/otlp.py)", "failed: see its output", "", False)]
+    summary, rows = found["summary"], []
+    if phoenix:
+        vs = statistics.median(summary["otlp_vs_phoenix"])
+        rows.append(("OTLP vs Phoenix, same spans", f"{vs:.0f}× (median of 3)", "≥ 100×",
+                     vs >= 100))  # fmt: skip
+    else:
+        rows.append(("OTLP vs Phoenix", f"skipped: no {args.phoenix!r}", "≥ 100×", None))
+    vs = statistics.median(summary["otlp_vs_native"])
+    rates = statistics.median(summary["otlp"]["steps_per_s"])
+    rows.append(("OTLP vs native ingest, same steps",
+                 f"{rates:,.0f} steps/s = {vs:.2f}× native (median of 3)", "≥ 0.5×",
+                 vs >= 0.5))  # fmt: skip
+    complete = all(r[system]["complete"] for r in found["rounds"] for system in ("otlp", "native"))
+    rows.append(("OTLP and native: all stored", "yes" if complete else "NO: see its output",
+                 "all stored", complete))  # fmt: skip
+    rows.append(memory_row("OTLP", summary["otlp"]["rss_mib"][0]))
+    return rows
+
+
+def memory_row(load: str, samples: list[float]) -> tuple[str, str, str, bool | None]:
+    """The server's memory under a load, flat when the second half of the samples never
+    went more than MEMORY_SLACK above the first half's largest (which holds the caches
+    filling up)."""
+    what = f"server memory, {load}"
+    if len(samples) < 4:
+        return what, f"{len(samples)} samples: too short a load to tell", "flat", None
+    half = len(samples) // 2
+    early, late = max(samples[:half]), max(samples[half:])
+    measured = (f"{samples[0]:.0f} .. {max(samples):.0f} .. {samples[-1]:.0f} MiB "
+                f"(first .. largest .. last, {len(samples)} s)")  # fmt: skip
+    return what, measured, "flat", late <= early * (1 + MEMORY_SLACK)
+
+
 def _cli_rows(cli: dict) -> list[tuple[str, str, str, bool | None]]:
     floor = cli["commands"][cli["floor"]]["median_s"]
     rows = []
@@ -189,8 +250,7 @@ def _ingest_rows(ingest: dict, where: str) -> list[tuple[str, str, str, bool | N
          half["p99_ms"] < 50),
     ]  # fmt: skip
     if rss:
-        measured = f"{min(rss):.0f}–{max(rss):.0f} MiB over {len(rss)} s"
-        rows.append((f"server memory{where}, batched load", measured, "flat", None))
+        rows.append(memory_row(f"batched ingest{where}", rss))
     return rows
 
 

@@ -102,10 +102,16 @@ class RssSampler:
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def __enter__(self) -> RssSampler:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> RssSampler:
         self._thread.start()
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def stop(self) -> None:
         self._stop.set()
         self._thread.join()
 

@@ -76,7 +76,7 @@ import psutil
 import psycopg
 
 sys.path.insert(0, os.path.dirname(__file__))
-from ingest import ADMIN_URL, drop_database  # noqa: E402
+from ingest import ADMIN_URL, RssSampler, drop_database  # noqa: E402
 
 SYSTEMS = ("otlp", "native", "phoenix")
 PHOENIX_PORT, PHOENIX_GRPC_PORT = "6207", "4618"
@@ -592,6 +592,7 @@ def measure(target: Target, args: argparse.Namespace, runs: int) -> dict:
         server0, backends0 = _tree_cpu(target.server_pid), _backend_cpu(conn)
         clients0 = sum(_tree_cpu(p.pid) for p, _ in clients)
         machine0 = _machine_busy()
+        rss = RssSampler(target.server_pid).start()  # the server's memory, once a second
         go = time.monotonic()
         for _, pipe in clients:
             pipe.send("go")
@@ -619,6 +620,7 @@ def measure(target: Target, args: argparse.Namespace, runs: int) -> dict:
         server1, backends1 = _tree_cpu(target.server_pid), _backend_cpu(conn)
         clients1 = sum(_tree_cpu(p.pid) for p, _ in clients)
         machine1 = _machine_busy()
+        rss.stop()
         steps, everything = conn.execute(target.count_sql).fetchone()
         check = _check_runs(conn, target, expected) if target.system != "phoenix" else {}
     deadline = time.monotonic() + 600
@@ -652,6 +654,7 @@ def measure(target: Target, args: argparse.Namespace, runs: int) -> dict:
         "failed_spans": sum(max(0, m[2]) for m in sent),
         "exports": sum(m[3] or 0 for m in sent),
         "check": check,
+        "rss_mib": rss.samples,
     }
     # What everything else on the machine (other people's tests) took meanwhile.
     result["others_cpu_s"] = result["machine_busy_s"] - (
@@ -1367,6 +1370,12 @@ def report(rounds: list[dict], args: argparse.Namespace) -> dict:
     if cpu_ratio:
         summary["otlp_vs_native_cpu"] = cpu_ratio
         print(f"CPU per step, OTLP / native = {_spread(cpu_ratio, 2)}")
+    for system in SYSTEMS:
+        samples = [f[system]["rss_mib"] for f in rounds if f.get(system, {}).get("rss_mib")]
+        if samples:
+            summary.setdefault(system, {})["rss_mib"] = samples
+            shown = "; ".join(f"{s[0]:.0f} .. {max(s):.0f} .. {s[-1]:.0f}" for s in samples)
+            print(f"{system:<8} server memory, MiB (first .. largest .. last sample): {shown}")
     return summary
 
 

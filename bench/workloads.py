@@ -27,7 +27,8 @@ baseline, measured in the same run on the same machine.
 CPU: the server's process tree, and the PostgreSQL backends connected to its
 database, per acknowledged step; COPY's backend per step it copied (runs and
 model calls included) and per row. Machine busy is 1 - idle over the load, all
-cores, everything on the machine (this process too).
+cores, everything on the machine (this process too). Memory: the resident size of
+the server's processes together, sampled once a second under the load.
 """
 
 from __future__ import annotations
@@ -51,7 +52,13 @@ import psutil
 import psycopg
 
 sys.path.insert(0, os.path.dirname(__file__))
-from ingest import _quiet_collector, drop_database, scratch_database, start_server  # noqa: E402
+from ingest import (  # noqa: E402
+    RssSampler,
+    _quiet_collector,
+    drop_database,
+    scratch_database,
+    start_server,
+)
 from otlp import (  # noqa: E402
     DOMAINS,
     TOOLS,
@@ -358,7 +365,8 @@ def measure(workload: str, args: argparse.Namespace) -> dict:
                 time.sleep(2)  # py-spy attaches
             server0, backends0 = _tree_cpu(process.pid), _backend_cpu(watch)
             machine0, own0 = _machine(), _own_cpu()
-            tally, elapsed = asyncio.run(load(workload, base, key, args.clients, args.seconds))
+            with RssSampler(process.pid) as rss:
+                tally, elapsed = asyncio.run(load(workload, base, key, args.clients, args.seconds))
             machine1, own1 = _machine(), _own_cpu()
             server1, backends1 = _tree_cpu(process.pid), _backend_cpu(watch)
             load_average = os.getloadavg()[0]
@@ -410,6 +418,7 @@ def measure(workload: str, args: argparse.Namespace) -> dict:
         )
         / elapsed,
         "load_average_1min": load_average,
+        "rss_mib": rss.samples,  # the server's processes, once a second under the load
         "copy": copy,
         "ratio_steps": (tally.steps / elapsed) / copy["steps_per_s"],
     }
@@ -458,6 +467,9 @@ def print_table(results: list[dict]) -> None:
             f"{r['copy']['copied']['agent_steps']} steps"
         )
         extra.append(f"load generator {r['client_cpu_us_per_step']:.1f} us/step")
+        if rss := r["rss_mib"]:
+            extra.append(f"server memory {rss[0]:.0f} .. {max(rss):.0f} .. {rss[-1]:.0f} MiB "
+                         f"(first .. largest .. last of {len(rss)} samples)")  # fmt: skip
         extra.append(
             f"others on the machine {r['others_cores']:.2f} cores "
             f"(load average {r['load_average_1min']:.1f})"

@@ -209,7 +209,7 @@ def map_trace(spans: list[Span], memo: Memo | None = None) -> list[MappedRun]:
         _link_calls(run)
         run.loop_step_index = _loop_began(run.steps)
         if not run.provisional:
-            _finish(run, unique[key], unique)
+            _finish(run, unique[key], unique, memo)
     return sorted(mapped.values(), key=lambda run: (run.started_ns, str(run.run_id)))
 
 
@@ -566,7 +566,9 @@ def _said_to_stop(run: MappedRun, span: Span, children: list[Span]) -> bool:
     )
 
 
-def _finish(run: MappedRun, span: Span, unique: dict[bytes, Span]) -> None:
+def _finish(
+    run: MappedRun, span: Span, unique: dict[bytes, Span], memo: Memo | None = None
+) -> None:
     """Set the run's end: only once its own span has ended."""
     if not span.end_ns:
         return
@@ -575,7 +577,7 @@ def _finish(run: MappedRun, span: Span, unique: dict[bytes, Span]) -> None:
     # smolagents): look at the spans of the agent's own machinery right under it. Not
     # at its tool calls and model calls: a failed call the agent recovered from says
     # nothing about how the run ended, whatever its message says ("max steps").
-    failures = [span, *(s for s in children if c.role(s) in (c.AGENT, c.OTHER))]
+    failures = [span, *(s for s in children if _role(s, memo) in (c.AGENT, c.OTHER))]
     kinds = [kind.lower() for failed in failures for kind in c.exception_types(failed)]
     error = c.error(span)
     if any(limit in kind for kind in kinds for limit in c.STEP_LIMITS) or _said_to_stop(

@@ -28,6 +28,7 @@ from otlp_exports import ALL, document, export_of, spans_of, split, to_protobuf
 
 from keelwave.server.app import create_app
 from keelwave.server.ingest.otlp import decode, mapping, projection
+from keelwave.server.ingest.otlp import export as otlp_export
 from keelwave.server.store import traces
 
 PROTOBUF = "application/x-protobuf"
@@ -213,6 +214,78 @@ async def test_split_reordered_and_retried_exports_store_what_one_export_does(
     assert got["tool_rollups"] == expected["tool_rollups"]
     assert got["run_rollups"] == rollups_recomputed(db_url, pieces.id)
     assert assert_sketches_stored(db_url, pieces.id) == len(expected["steps"])
+
+
+BOUNDED = ["langgraph_nested", "mastra_nested", "openaiagents_loop", "smolagents_nested"]
+
+
+async def test_the_traces_kept_in_memory_are_bounded_by_their_spans(
+    api, db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A few very long runs must not hold a server's memory: past MEMO_SPANS spans the
+    least recently used traces are dropped from the memo, and the next export of one
+    reads its spans back, with the same result as if it had been kept."""
+    monkeypatch.setattr(projection, "MEMO_SPANS", 20)
+    whole, pieces = make_project(db_url), make_project(db_url)
+    for name in BOUNDED:
+        assert (await send(api, whole.keys["ingest"], document(name)))[0] == 200
+    projection._memos.clear()
+    queues = [split(document(name), seed=len(name)) for name in BOUNDED]
+    largest = max(len(spans_of(document(name))) for name in BOUNDED)
+    number = 0
+    while any(queues):  # the traces' exports interleaved, as from a fleet
+        for queue in (queue for queue in queues if queue):
+            status, body = await send(api, pieces.keys["ingest"], queue.pop(0), number % 2 == 0)
+            assert status == 200, body
+            number += 1
+            held = [len(memo.spans) for memo in projection._memos.values()]
+            assert sum(held) <= 20 or (len(held) == 1 and held[0] <= largest), held
+    assert number > 2 * len(BOUNDED)
+    expected, got = stored(db_url, whole.id), stored(db_url, pieces.id)
+    for table in ("runs", "steps", "calls"):
+        key = 0 if table != "steps" else slice(0, 2)
+        assert sorted(got[table], key=lambda r: str(r[key])) == sorted(
+            expected[table], key=lambda r: str(r[key])
+        ), table
+    assert got["run_rollups"] == expected["run_rollups"]
+    assert got["tool_rollups"] == expected["tool_rollups"]
+
+
+async def test_exports_waiting_for_a_slow_database_are_bounded(
+    api, project, db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While otlp_spans is locked (a database that does not keep up), the exports that
+    wait for it are bounded: the next one is told 429 with Retry-After, which
+    OpenTelemetry's exporters retry, instead of piling up in memory. Once the lock goes,
+    the waiting exports commit, each once."""
+    monkeypatch.setattr(otlp_export, "MAX_WAITING_EXPORTS", 2)
+    names = ["pydanticai_loop", "openaiagents_loop", "smolagents_nested"]
+    blocker = await psycopg.AsyncConnection.connect(db_url)
+    try:
+        await blocker.execute("LOCK TABLE otlp_spans IN ACCESS EXCLUSIVE MODE")
+        waiting = [
+            asyncio.create_task(send(api, project.keys["ingest"], document(name)))
+            for name in names[:2]
+        ]
+        await asyncio.sleep(1.0)  # both are inside their transactions, held by the lock
+        async with api.session.post(
+            api.url + "/v1/traces",
+            data=json.dumps(document(names[2])).encode(),
+            headers=headers(project.keys["ingest"]),
+        ) as response:
+            assert response.status == 429
+            assert int(response.headers["Retry-After"]) >= 1
+            assert "too many exports" in (await response.json())["message"]  # google.rpc.Status
+        assert not any(task.done() for task in waiting)
+    finally:
+        await blocker.rollback()
+        await blocker.close()
+    assert [status for status, _ in await asyncio.gather(*waiting)] == [200, 200]
+    assert (await send(api, project.keys["ingest"], document(names[2])))[0] == 200  # retried
+    [(spans,)] = query(
+        db_url, "SELECT count(*) FROM otlp_spans WHERE project_id = %s", (uuid.UUID(project.id),)
+    )
+    assert spans == sum(len(spans_of(document(name))) for name in names)
 
 
 async def test_a_retried_export_is_accepted_and_stores_nothing_twice(api, project, db_url) -> None:

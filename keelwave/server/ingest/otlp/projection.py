@@ -35,6 +35,11 @@ EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 # for the traces it saw most recently, their decoded spans and what their tool and
 # model spans mapped to (mapping.Memo), per project (span ids are the client's).
 MEMO_TRACES = 512  # traces in flight at once; a trace holds a few KB a step
+# …and at most this many spans in all (decoded, with their attributes: a few KB
+# each): a few very long runs (one of 10,000 steps is 20,000 spans or more) must not
+# hold a server's memory. A trace dropped from the memo is read back from otlp_spans
+# by the next export that brings more of it.
+MEMO_SPANS = 50_000
 
 
 @dataclass(slots=True)
@@ -46,21 +51,52 @@ class _TraceMemo:
     rows: dict[bytes, tuple[mapping.MappedStep, uuid.UUID, tuple, bytes]] = field(
         default_factory=dict
     )
+    counted: int = 0  # its spans, as _Memos.spans last counted them
 
 
-_memos: OrderedDict[tuple[uuid.UUID, bytes], _TraceMemo] = OrderedDict()
+class _Memos:
+    """The traces' memos, the least recently used first, bounded by traces and spans."""
+
+    def __init__(self) -> None:
+        self._memos: OrderedDict[tuple[uuid.UUID, bytes], _TraceMemo] = OrderedDict()
+        self.spans = 0  # the spans the memos held when last counted
+
+    def get(self, project_id: uuid.UUID, trace_id: bytes) -> _TraceMemo:
+        key = (project_id, trace_id)
+        memo = self._memos.get(key)
+        if memo is not None:
+            self._memos.move_to_end(key)
+        else:
+            memo = self._memos[key] = _TraceMemo()
+            if len(self._memos) > MEMO_TRACES:
+                self._drop_oldest()
+        return memo
+
+    def grown(self, project_id: uuid.UUID, trace_id: bytes, memo: _TraceMemo) -> None:
+        """Count the spans ``memo`` holds now; drop the least recently used traces
+        while there are more than MEMO_SPANS (never the one just used)."""
+        key = (project_id, trace_id)
+        if self._memos.get(key) is not memo:
+            return  # dropped meanwhile: it goes when its export is done with it
+        self._memos.move_to_end(key)
+        self.spans += len(memo.spans) - memo.counted
+        memo.counted = len(memo.spans)
+        while self.spans > MEMO_SPANS and len(self._memos) > 1:
+            self._drop_oldest()
+
+    def _drop_oldest(self) -> None:
+        _, memo = self._memos.popitem(last=False)
+        self.spans -= memo.counted
+
+    def clear(self) -> None:
+        self._memos.clear()
+        self.spans = 0
+
+    def values(self) -> list[_TraceMemo]:
+        return list(self._memos.values())
 
 
-def _memo(project_id: uuid.UUID, trace_id: bytes) -> _TraceMemo:
-    key = (project_id, trace_id)
-    memo = _memos.get(key)
-    if memo is not None:
-        _memos.move_to_end(key)
-    else:
-        memo = _memos[key] = _TraceMemo()
-        if len(_memos) > MEMO_TRACES:
-            _memos.popitem(last=False)
-    return memo
+_memos = _Memos()
 
 
 class TraceProjection:
@@ -96,11 +132,11 @@ class TraceProjection:
     def _hold(self, trace_id: bytes) -> _TraceMemo:
         memo = self._held.get(trace_id)
         if memo is None:
-            memo = self._held[trace_id] = _memo(self._project_id, trace_id)
+            memo = self._held[trace_id] = _memos.get(self._project_id, trace_id)
         return memo
 
     def project(self, trace_id: bytes, spans: list[tuple[bytes, bytes | None]]) -> list[RunRow]:
-        memo = self._held.pop(trace_id, None) or _memo(self._project_id, trace_id)
+        memo = self._held.pop(trace_id, None) or _memos.get(self._project_id, trace_id)
         held = memo.spans
         decoded = []
         for span_id, blob in spans:
@@ -108,6 +144,7 @@ class TraceProjection:
                 decoded.append(held[span_id])  # it said it knows it
             else:
                 decoded.append(held.setdefault(span_id, stored.decode(blob)))
+        _memos.grown(self._project_id, trace_id, memo)
         runs = mapping.map_trace(decoded, memo.mapped)
         return [_row(self._project_id, trace_id, run, self._prices, memo.rows) for run in runs]
 

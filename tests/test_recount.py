@@ -38,6 +38,20 @@ async def recounted(db_url: str, project: Project) -> dict:
     return await asyncio.to_thread(recount, db_url, project)
 
 
+async def executed(db_url: str, *statements: str) -> None:
+    """DDL on the tables the test's server writes, in a thread: it waits for the
+    server's transactions that hold their locks (the tool calls folded in every
+    second, a verdict's rollups), which need this event loop to finish. Run here,
+    the wait would stop the loop and never end."""
+
+    def run() -> None:
+        with psycopg.connect(db_url, autocommit=True) as conn:
+            for statement in statements:
+                conn.execute(statement)
+
+    await asyncio.to_thread(run)
+
+
 def run_counters(db_url: str, project: Project) -> list[tuple]:
     return query(
         db_url,
@@ -171,9 +185,7 @@ async def test_steps_that_arrive_during_a_recount_are_counted_once(
 ) -> None:
     runs = dataset(seed=5, count=20)
     await send(api, project, runs[:8])
-    with psycopg.connect(db_url, autocommit=True) as conn:
-        for statement in SLOW_RECOUNT:
-            conn.execute(statement)
+    await executed(db_url, *SLOW_RECOUNT)
     try:
         for part in (runs[8:14], runs[14:]):  # sent while a recount dwells, twice
             recounting = asyncio.create_task(recounted(db_url, project))
@@ -181,8 +193,7 @@ async def test_steps_that_arrive_during_a_recount_are_counted_once(
             await send(api, project, part)
             await recounting
     finally:
-        with psycopg.connect(db_url, autocommit=True) as conn:
-            conn.execute("DROP FUNCTION kw_test_dwell CASCADE")
+        await executed(db_url, "DROP FUNCTION kw_test_dwell CASCADE")
     await judged(db_url, project.id)
     counted = rollups(db_url, project.id)
     counters = run_counters(db_url, project)

@@ -183,6 +183,20 @@ async def test_each_frameworks_trace_is_stored_as_it_maps(api, db_url: str, name
         )
 
 
+def assert_same_stored(db_url: str, expected_project: str, project: str) -> tuple[dict, dict]:
+    """Both projects hold the same runs, steps, model calls and rollups (row order and
+    ids of their own aside); what each holds."""
+    expected, got = stored(db_url, expected_project), stored(db_url, project)
+    for table in ("runs", "steps", "calls"):
+        key = 0 if table != "steps" else slice(0, 2)
+        assert sorted(got[table], key=lambda r: str(r[key])) == sorted(
+            expected[table], key=lambda r: str(r[key])
+        ), table
+    assert got["run_rollups"] == expected["run_rollups"]
+    assert got["tool_rollups"] == expected["tool_rollups"]
+    return expected, got
+
+
 SPLIT = ["pydanticai_loop", "pydanticai_nested", "openaiagents_handoff", "openaiagents_loop",
          "langgraph_nested", "langgraph_openllmetry_parallel", "smolagents_nested",
          "strands_latest_nested", "openaiagents_agent_as_tool", "langgraph_arg_shapes",
@@ -204,14 +218,7 @@ async def test_split_reordered_and_retried_exports_store_what_one_export_does(
             projection._memos.clear()
         status, body = await send(api, pieces.keys["ingest"], export, number % 2 == 0)
         assert status == 200, body
-    expected, got = stored(db_url, whole.id), stored(db_url, pieces.id)
-    for table in ("runs", "steps", "calls"):
-        key = 0 if table != "steps" else slice(0, 2)
-        assert sorted(got[table], key=lambda r: str(r[key])) == sorted(
-            expected[table], key=lambda r: str(r[key])
-        ), table
-    assert got["run_rollups"] == expected["run_rollups"]
-    assert got["tool_rollups"] == expected["tool_rollups"]
+    expected, got = assert_same_stored(db_url, whole.id, pieces.id)
     assert got["run_rollups"] == rollups_recomputed(db_url, pieces.id)
     assert assert_sketches_stored(db_url, pieces.id) == len(expected["steps"])
 
@@ -241,14 +248,7 @@ async def test_the_traces_kept_in_memory_are_bounded_by_their_spans(
             held = [len(memo.spans) for memo in projection._memos.values()]
             assert sum(held) <= 20 or (len(held) == 1 and held[0] <= largest), held
     assert number > 2 * len(BOUNDED)
-    expected, got = stored(db_url, whole.id), stored(db_url, pieces.id)
-    for table in ("runs", "steps", "calls"):
-        key = 0 if table != "steps" else slice(0, 2)
-        assert sorted(got[table], key=lambda r: str(r[key])) == sorted(
-            expected[table], key=lambda r: str(r[key])
-        ), table
-    assert got["run_rollups"] == expected["run_rollups"]
-    assert got["tool_rollups"] == expected["tool_rollups"]
+    assert_same_stored(db_url, whole.id, pieces.id)
 
 
 async def test_exports_waiting_for_a_slow_database_are_bounded(

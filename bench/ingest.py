@@ -256,6 +256,16 @@ async def paced(url: str, key: str, rate: float, seconds: float) -> dict:
     }
 
 
+def checkpoint(db_url: str) -> None:
+    """Write out what the phase before left in PostgreSQL's buffers and WAL before the
+    next one starts (as pgbench's documentation advises between runs): otherwise the
+    checkpoint that a saturating phase set off lands in the next, and one stall of the
+    disk's WAL sync (about 200 ms, seen on the 2-core machines) becomes the half-rate
+    phase's p99 (docs/benchmarks.md, session 23)."""
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("CHECKPOINT")
+
+
 def _quiet_collector() -> None:
     """Leave what exists now out of this process's garbage collections: they walk
     every container object, and a pause here is counted as the server's latency."""
@@ -320,8 +330,11 @@ def main() -> None:
         try:
             with RssSampler(process.pid) as rss:
                 batched = asyncio.run(load(url, key, args.clients, args.batch, args.seconds))
+            checkpoint(db_url)
             single = asyncio.run(load(url, key, args.clients, 1, args.seconds))
+            checkpoint(db_url)
             half = asyncio.run(paced(url, key, single["requests_per_s"] / 2, args.seconds))
+            checkpoint(db_url)
             # (while the server is up, idle: it owns the embedded database)
             copy_rate = raw_copy(db_url, max(50_000, int(batched["steps_per_s"] * args.seconds)))
         finally:

@@ -1090,9 +1090,13 @@ def _instrumented(clock: Clock):
 def profile_store(args: argparse.Namespace) -> dict:
     """The exports of the workload (round robin over the clients, as the server gets
     them), stored one at a time by traces.store_export on a fresh database: each
-    stage timed; then again under cProfile for the top functions."""
+    stage timed; then again under cProfile for the top functions. The garbage
+    collector is tuned as the server tunes it: with Python's default thresholds, full
+    collections over the decoded spans held would take about half the time."""
+    from keelwave.server.app import tune_garbage_collector
     from keelwave.server.ingest.otlp import decode
 
+    tune_garbage_collector()
     exports_by_client = [
         export_bodies(1000 * n + 7, args.agents, args.runs, n)[1] for n in range(args.processes)
     ]

@@ -84,6 +84,7 @@ class RunRow:
     steps: list[tuple] = field(default_factory=list)  # statements.STEP_COLUMNS rows
     calls: list[tuple] = field(default_factory=list)  # statements.TRACE_COLUMNS rows
     step_digests: list[bytes] | None = None  # digest(*row) of each step, if known already
+    call_digests: list[bytes] | None = None  # …and of each model call
 
     def row_digest(self) -> bytes:
         return digest(
@@ -347,7 +348,11 @@ def _compare(
             if run.step_digests is not None
             else [digest(*step) for step in run.steps]
         )
-        call_digests = [digest(*call) for call in run.calls]
+        call_digests = (
+            run.call_digests
+            if run.call_digests is not None
+            else [digest(*call) for call in run.calls]
+        )
         row_digest = run.row_digest()
         if before is not None and (
             before.digest == row_digest

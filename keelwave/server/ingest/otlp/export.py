@@ -30,7 +30,7 @@ import psycopg
 import psycopg_pool
 
 from keelwave.server.http.errors import REFUSED_RETRY_AFTER, refused
-from keelwave.server.ingest.otlp import decode, stored
+from keelwave.server.ingest.otlp import conventions, decode, stored
 from keelwave.server.ingest.otlp.projection import projection
 from keelwave.server.ingest.pricing import PriceTable
 from keelwave.server.redaction import BUILTIN, ServerRedaction
@@ -56,6 +56,8 @@ class Accepted(msgspec.Struct, frozen=True):
     # The stored forms decoded, by (trace id, span id): what the projection would get
     # from decoding them (stored.kept), so the spans that are new need no decoding.
     kept: dict[tuple[bytes, bytes], decode.Span] = msgspec.field(default_factory=dict)
+    # Their roles (conventions.role), where check read them: the mapping need not again.
+    roles: dict[tuple[bytes, bytes], str] = msgspec.field(default_factory=dict)
 
 
 class Unavailable(Exception):
@@ -78,6 +80,7 @@ def check(spans: list[decode.Span], rules: ServerRedaction = BUILTIN) -> Accepte
     """Keep the spans that can be stored; count and say why the others cannot."""
     rows: dict[tuple[bytes, bytes], tuple[bytes, bytes, bytes]] = {}
     kept: dict[tuple[bytes, bytes], decode.Span] = {}
+    roles: dict[tuple[bytes, bytes], str] = {}
     problems: dict[str, int] = {}
     resources: dict[int, dict] = {}  # redacted once per resource (stored.kept)
     for span in spans:
@@ -87,16 +90,20 @@ def check(spans: list[decode.Span], rules: ServerRedaction = BUILTIN) -> Accepte
             if key in rows:  # the same span twice in one export: the first one counts
                 continue
             try:
-                form = stored.kept(span, rules, resources)
+                # (a root span keeps all it has, whatever its role: read when mapped)
+                role = None if span.parent_span_id is None else conventions.role(span)
+                form = stored.kept(span, rules, resources, role)
                 rows[key] = (span.trace_id, span.span_id, stored.encode_kept(form))
                 kept[key] = form
+                if role is not None and form is span:  # (a leaner form is mapped anew)
+                    roles[key] = role
                 continue
             except (OverflowError, TypeError, ValueError):
                 problem = "an attribute value cannot be stored (an integer beyond 64 bits?)"
         problems[problem] = problems.get(problem, 0) + 1
     rejected = sum(problems.values())
     message = "; ".join(f"{count} span(s): {why}" for why, count in problems.items())
-    return Accepted(list(rows.values()), rejected, message, kept)
+    return Accepted(list(rows.values()), rejected, message, kept, roles)
 
 
 def _problem(span: decode.Span) -> str | None:
@@ -214,14 +221,17 @@ class TraceIngest:
 
     async def _commit(self, project_id: uuid.UUID, group: list[_Queued]) -> None:
         """One transaction for the group's exports; what the database said, translated."""
-        spans, fresh = [], {}
+        spans, fresh, roles = [], {}, {}
         for queued in group:
             spans += queued.accepted.spans
             for key, span in queued.accepted.kept.items():
-                fresh.setdefault(key, span)  # (a span in two exports: the first one counts)
+                if key not in fresh:  # (a span in two exports: the first one counts)
+                    fresh[key] = span
+                    if key in queued.accepted.roles:
+                        roles[key] = queued.accepted.roles[key]
         where = group[0].where
         write = traces.store_export(
-            self._pool, project_id, spans, projection(project_id, self._prices, fresh)
+            self._pool, project_id, spans, projection(project_id, self._prices, fresh, roles)
         )
         try:
             await write

@@ -217,11 +217,20 @@ def _role(span: Span, memo: Memo | None) -> str:
     """The span's role by the conventions, remembered (a function of the span alone)."""
     if memo is None:
         return c.role(span)
-    key = span.span_id + b"r"
+    key = span.span_id + _ROLE
     role = memo.get(key)
     if not isinstance(role, str):
         role = memo[key] = c.role(span)
     return role
+
+
+_ROLE = b"r"  # a role's key in the memo: after the span id
+
+
+def remember_role(memo: Memo, span_id: bytes, role: str) -> None:
+    """What ``c.role`` said of the span ``span_id`` as it is stored, told by whoever
+    read it first (export.check), so that mapping it need not read it again."""
+    memo[span_id + _ROLE] = role
 
 
 def _run(

@@ -51,6 +51,9 @@ class _TraceMemo:
     rows: dict[bytes, tuple[mapping.MappedStep, uuid.UUID, tuple, bytes]] = field(
         default_factory=dict
     )
+    # By span id: a model call's run and step, its row and the row's digest. (A call is
+    # mapped afresh each time, but from the same span: only its run and step can differ.)
+    calls: dict[bytes, tuple[uuid.UUID, int | None, tuple, bytes]] = field(default_factory=dict)
     counted: int = 0  # its spans, as _Memos.spans last counted them
 
 
@@ -108,10 +111,12 @@ class TraceProjection:
         project_id: uuid.UUID,
         prices: PriceTable,
         fresh: dict[tuple[bytes, bytes], Span] | None = None,
+        roles: dict[tuple[bytes, bytes], str] | None = None,
     ) -> None:
         self._project_id = project_id
         self._prices = prices
         self._fresh = fresh or {}  # the export's spans as stored (export.Accepted.kept)
+        self._roles = roles or {}  # …and the roles check read of them
         # The memos this export was told about, held even if the shared cache drops
         # them meanwhile: the spans it said it knows must still be there.
         self._held: dict[bytes, _TraceMemo] = {}
@@ -120,11 +125,15 @@ class TraceProjection:
         """These (trace id, span id) of the export were stored by it: they are known as
         they are, with no need to read them back. (Only those: a span already stored,
         a retried export's, stays as it was first stored.)"""
-        fresh = self._fresh
+        fresh, roles = self._fresh, self._roles
         for trace_id, span_id in spans:
             span = fresh.get((trace_id, span_id))
             if span is not None:
-                self._hold(trace_id).spans[span_id] = span  # stored just now: this is it
+                memo = self._hold(trace_id)
+                memo.spans[span_id] = span  # stored just now: this is it
+                role = roles.get((trace_id, span_id))
+                if role is not None:
+                    mapping.remember_role(memo.mapped, span_id, role)
 
     def known(self, trace_id: bytes) -> list[bytes]:
         return list(self._hold(trace_id).spans)
@@ -146,15 +155,19 @@ class TraceProjection:
                 decoded.append(held.setdefault(span_id, stored.decode(blob)))
         _memos.grown(self._project_id, trace_id, memo)
         runs = mapping.map_trace(decoded, memo.mapped)
-        return [_row(self._project_id, trace_id, run, self._prices, memo.rows) for run in runs]
+        return [
+            _row(self._project_id, trace_id, run, self._prices, memo.rows, memo.calls)
+            for run in runs
+        ]
 
 
 def projection(
     project_id: uuid.UUID,
     prices: PriceTable,
     fresh: dict[tuple[bytes, bytes], Span] | None = None,
+    roles: dict[tuple[bytes, bytes], str] | None = None,
 ) -> TraceProjection:
-    return TraceProjection(project_id, prices, fresh)
+    return TraceProjection(project_id, prices, fresh, roles)
 
 
 def when(ns: int) -> datetime:
@@ -191,8 +204,10 @@ def _row(
     run: mapping.MappedRun,
     prices: PriceTable,
     rows: dict[bytes, tuple[mapping.MappedStep, uuid.UUID, tuple, bytes]] | None = None,
+    call_rows: dict[bytes, tuple[uuid.UUID, int | None, tuple, bytes]] | None = None,
 ) -> RunRow:
     rows = {} if rows is None else rows
+    call_rows = {} if call_rows is None else call_rows
     steps, digests = [], []
     for step in run.steps:
         known = rows.get(step.span_id)
@@ -219,32 +234,21 @@ def _row(
             rows[step.span_id] = (step, run.run_id, row, row_digest)
         steps.append(row)
         digests.append(row_digest)
-    calls = []
+    calls, call_digests = [], []
     for call in run.calls:
-        input_tokens, output_tokens = _tokens(call.input_tokens), _tokens(call.output_tokens)
-        cache_read, reasoning = _tokens(call.cache_read_tokens), _tokens(call.reasoning_tokens)
-        model = name(call.model)
-        calls.append(
-            (
-                project_id,
-                call_id(trace_id, call.span_id),
-                run.run_id,
-                call.step_index,
-                name(call.provider),
-                model,
-                input_tokens,
-                output_tokens,
-                cache_read,
-                reasoning,
-                prices.cost(model, input_tokens, output_tokens, cache_read, reasoning),
-                call.latency_ms,
-                call.status,
-                text(call.error),
-                when(call.started_ns),
-                call.input_messages,
-                call.output_messages,
-            )  # fmt: skip
-        )
+        known_call = call_rows.get(call.span_id)
+        if (
+            known_call is not None
+            and known_call[0] == run.run_id
+            and known_call[1] == call.step_index
+        ):
+            row, row_digest = known_call[2], known_call[3]
+        else:
+            row = _call_row(project_id, trace_id, run.run_id, call, prices)
+            row_digest = digest(*row)
+            call_rows[call.span_id] = (run.run_id, call.step_index, row, row_digest)
+        calls.append(row)
+        call_digests.append(row_digest)
     return RunRow(
         id=run.run_id,
         agent_name=name(run.agent_name),
@@ -266,4 +270,37 @@ def _row(
         steps=steps,
         calls=calls,
         step_digests=digests,
+        call_digests=call_digests,
     )
+
+
+def _call_row(
+    project_id: uuid.UUID,
+    trace_id: bytes,
+    run_id: uuid.UUID,
+    call: mapping.MappedCall,
+    prices: PriceTable,
+) -> tuple:
+    """A model call as ai_traces stores it (statements.TRACE_COLUMNS)."""
+    input_tokens, output_tokens = _tokens(call.input_tokens), _tokens(call.output_tokens)
+    cache_read, reasoning = _tokens(call.cache_read_tokens), _tokens(call.reasoning_tokens)
+    model = name(call.model)
+    return (
+        project_id,
+        call_id(trace_id, call.span_id),
+        run_id,
+        call.step_index,
+        name(call.provider),
+        model,
+        input_tokens,
+        output_tokens,
+        cache_read,
+        reasoning,
+        prices.cost(model, input_tokens, output_tokens, cache_read, reasoning),
+        call.latency_ms,
+        call.status,
+        text(call.error),
+        when(call.started_ns),
+        call.input_messages,
+        call.output_messages,
+    )  # fmt: skip

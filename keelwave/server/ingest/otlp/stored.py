@@ -39,7 +39,10 @@ def encode_kept(span: Span) -> bytes:
 
 
 def kept(
-    span: Span, rules: ServerRedaction = BUILTIN, resources: dict[int, dict] | None = None
+    span: Span,
+    rules: ServerRedaction = BUILTIN,
+    resources: dict[int, dict] | None = None,
+    role: str | None = None,
 ) -> Span:
     """What is kept of ``span``: lean where it can be, its secrets redacted by the
     project's ``rules`` (server/redaction.py); ``span`` itself when that changes
@@ -47,10 +50,11 @@ def kept(
     export brings can be projected as they are, without a round trip through msgpack.
     ``resources``: the redacted resources of this export so far, by the id of the
     decoded one (every span of a resource shares it): redacted once, not once a span.
-    Only for the spans of one export, while they live."""
+    Only for the spans of one export, while they live. ``role``: ``c.role(span)``,
+    if the caller knows it already."""
     events = span.events
     attributes = span.attributes
-    if span.parent_span_id is not None and c.role(span) == c.OTHER:
+    if span.parent_span_id is not None and (role or c.role(span)) == c.OTHER:
         events = [event for event in events if event.name == "exception"]
         # (but who handed off to whom: mapping's handoffs, the OpenAI Agents SDK's v2)
         attributes = {k: v for k, v in attributes.items() if k.startswith(_KEPT_OF_OTHERS)}

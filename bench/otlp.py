@@ -39,8 +39,8 @@ the moment the clock starts to everything being committed, per committed step.
 Also, in this process: decode cost per span (``decode.from_protobuf`` of a
 512-span export) against the native JSON decode of the same steps and calls, and
 where the OTLP store's time goes (``traces.store_export`` driven directly on its
-own database, each stage timed, then cProfile's top functions), the span INSERT
-alone as shipped and sent two other ways; with ``--py-spy``, a sampling profile of
+own database, each stage timed, then cProfile's top functions), the span write
+alone, both ways the store has; with ``--py-spy``, a sampling profile of
 the real server during one more OTLP run and one more native run, grouped by stage.
 """
 
@@ -1135,17 +1135,17 @@ def _round_robin(groups: list[list[bytes]]) -> list[list[bytes]]:
 
 
 def insert_variants() -> dict:
-    """The span INSERT of traces.store_export alone, as shipped and two other ways of
-    sending the same rows: client and PostgreSQL CPU per span (one connection)."""
+    """The span write of traces.store_export alone, both ways it has: COPY straight into
+    otlp_spans (what an export of new spans does), and COPY into a staging table then
+    INSERT … ON CONFLICT DO NOTHING (the way an export goes again when another server
+    stored some of its spans meanwhile): client and PostgreSQL CPU per span (one
+    connection)."""
     from keelwave.db import migrate
     from keelwave.server.ingest.otlp import decode, export
     from keelwave.server.store import traces
+    from keelwave.server.store.pgscript import copy_data
 
     accepted = [export.check(decode.from_protobuf(b)) for b in export_bodies(7, 25, 10)[1]]
-    staged = (
-        "INSERT INTO otlp_spans (project_id, trace_id, span_id, span) "
-        "SELECT %s, * FROM kw_bench_spans ON CONFLICT DO NOTHING RETURNING trace_id"
-    )
     name = "kw_bench_otlp_insert"
     found = {}
     try:
@@ -1153,27 +1153,33 @@ def insert_variants() -> dict:
         migrate.upgrade(db_url)
         with psycopg.connect(db_url, autocommit=True) as conn:
             backend = psutil.Process(conn.execute("SELECT pg_backend_pid()").fetchone()[0])
-            conn.execute(
-                "CREATE TEMP TABLE kw_bench_spans (trace_id bytea, span_id bytea, span bytea)"
+            # (the C dumper of bytes for bytea, as the server registers it)
+            conn.adapters.register_dumper(
+                bytes, psycopg.adapters.get_dumper(bytes, psycopg.adapt.PyFormat.BINARY)
             )
-            for variant in ("text arrays (as shipped)", "binary arrays", "binary COPY + INSERT"):
+            conn.execute(traces.STAGE_SPANS_DDL)
+            types = ("uuid", "bytea", "bytea", "bytea")
+            for variant, table in (
+                ("COPY (as shipped)", "otlp_spans"),
+                ("COPY + INSERT (staged)", "kw_stage_spans"),
+            ):
                 conn.execute("TRUNCATE otlp_spans")
+                conn.execute("CHECKPOINT")  # (not the previous variant's to write)
                 project = uuid.uuid4()
                 spans = 0
                 pg, client, wall = backend.cpu_times(), time.process_time(), time.perf_counter()
                 for one in accepted:
+                    rows = ((project, trace, span_id, span) for trace, span_id, span in one.spans)
                     with conn.transaction(), conn.cursor() as cur:
-                        if variant.startswith("binary COPY"):
-                            cur.execute("TRUNCATE kw_bench_spans")
-                            with cur.copy("COPY kw_bench_spans FROM STDIN (FORMAT BINARY)") as copy:
-                                copy.set_types(["bytea", "bytea", "bytea"])
-                                for row in one.spans:
-                                    copy.write_row(row)
-                            cur.execute(staged, (project,))
-                        else:
-                            params = traces._span_columns(project, one.spans)
-                            cur.execute(traces.INSERT_SPANS, params, binary=variant[0] == "b")
-                        cur.fetchall()
+                        with cur.copy(
+                            f"COPY {table} (project_id, trace_id, span_id, span) "
+                            "FROM STDIN (FORMAT BINARY)"
+                        ) as copy:
+                            for chunk in copy_data(conn, types, rows):
+                                copy.write(chunk)
+                        if table != "otlp_spans":
+                            cur.execute(traces.INSERT_SPANS)
+                            cur.fetchall()
                     spans += len(one.spans)
                 after = backend.cpu_times()
                 found[variant] = {
@@ -1187,7 +1193,7 @@ def insert_variants() -> dict:
 
 
 def print_insert(found: dict) -> None:
-    print("\nthe span INSERT alone, per span (one client's exports, one connection):")
+    print("\nthe span write alone, per span (one client's exports, one connection):")
     for variant, cost in found.items():
         print(
             f"  {variant:<26} client {cost['client_us']:5.1f} µs, PostgreSQL "

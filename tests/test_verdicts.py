@@ -338,3 +338,44 @@ async def test_runs_with_steps_stored_before_sketches_get_the_same_verdict(
         for run_id in runs.values():
             data = await run(own, project, run_id)
             assert data["findings"] == ["near_duplicate"], data
+
+
+async def test_runs_going_now_are_judged_before_a_backlog_of_old_ones(
+    db_url: str, project: Project, aiohttp_server
+) -> None:
+    """A bulk load of history, or a recount, leaves thousands of old runs due at once,
+    which the keeper takes hours' worth of rounds to judge on a big data set. An agent
+    looping now must not wait behind them: a round takes the runs active in the last
+    minute first, and fills up with the oldest of the others."""
+    from conftest import make_settings
+
+    from keelwave.server.app import create_app
+
+    server = await aiohttp_server(create_app(make_settings(server_verdicts=False), db_url))
+    async with aiohttp.ClientSession() as session:
+        own = Api(str(server.make_url("")).rstrip("/"), session)
+        history = []
+        for _ in range(6):
+            run_id = await start(own, project, "imported")
+            await steps(own, project, run_id, [("search", SEARCH, None)] * 3)
+            await finish(own, project, run_id)
+            history.append(run_id)
+        # As a recount or an import leaves them: due, last active two days ago.
+        query(
+            db_url,
+            "UPDATE agent_runs SET last_activity_at = now() - interval '2 days' "
+            "WHERE id = ANY(%s) RETURNING id",
+            ([uuid.UUID(run_id) for run_id in history],),
+        )
+        live = await start(own, project, "looping-now")
+        await steps(own, project, live, [("search", SEARCH, None)] * 3)
+
+        async with AsyncConnectionPool(db_url, kwargs={"autocommit": True}, open=False) as pool:
+            first = await verdicts.judge(pool, limit=3)
+            assert str(live) in {str(run) for _, run in first}
+            assert len(first) == 3  # filled up with history
+            assert (await run(own, project, live))["detected_loop"] is True
+            rest = {str(run) for _, run in await verdicts.judge(pool, limit=10)}
+        assert {str(run) for _, run in first} | rest == {live, *history}
+        for run_id in history:
+            assert (await run(own, project, run_id))["detected_loop"] is True

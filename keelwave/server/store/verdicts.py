@@ -36,6 +36,11 @@ its loop within about two seconds of the step that made it, however busy. A run
 that took ``t`` seconds to judge is not judged again for ``PACING × t`` seconds,
 so a very long run sent in many small batches cannot keep a server busy. (The
 detectors remember the keys of payloads they have seen: findings/normalise.py.)
+
+A round takes the runs active in the last RECENT_SECONDS first, oldest first, and
+fills up with the oldest of the others: a recount of a bulk-loaded project can leave
+millions of old runs due, which take the keeper many minutes, and a run looping now
+is judged in the next round all the same.
 """
 
 from __future__ import annotations
@@ -68,13 +73,21 @@ Key = run_calls.Key
 Verdict = tuple[bool, int | None, list[str]]
 
 # Due runs, and whether each has settled: ended, or quiet for a moment (an agent
-# sending a burst of batches is judged once for the burst).
-DUE = """
+# sending a burst of batches is judged once for the burst). Runs active in the last
+# RECENT_SECONDS come first (DUE_NOW), then the oldest of the others (DUE_BEFORE): a
+# bulk load or a recount can leave millions of old runs due at once, and agents
+# running now must not wait until those are judged. Both read the partial index on
+# last_activity_at that holds only the due runs.
+RECENT_SECONDS = 60
+_DUE = """
 SELECT project_id, id,
        ended_at IS NOT NULL OR last_activity_at < now() - make_interval(secs => %s) AS settled
 FROM agent_runs WHERE verdict_steps <> step_count
+  AND last_activity_at {} now() - make_interval(secs => %s)
 ORDER BY last_activity_at LIMIT %s
 """
+DUE_NOW = _DUE.format(">=")
+DUE_BEFORE = _DUE.format("<")
 # (kinds are cast here, not in the UPDATE: Citus refuses a STABLE function, the cast
 # to text[], applied to a column in an UPDATE it sends to the shards.)
 _INPUT = """
@@ -122,8 +135,14 @@ async def judge(
     and whether it has settled) up to date; return the seconds the detectors took on
     each run judged."""
     async with pool.connection() as conn:
-        rows = await (await conn.execute(DUE, (QUIET_SECONDS, limit))).fetchall()
-        due = [(project, run) for project, run, settled in rows if ready((project, run), settled)]
+        due: dict[Key, None] = {}  # (ordered; a run crossing the line between the two
+        for sql in (DUE_NOW, DUE_BEFORE):  # reads may be in both)
+            params = (QUIET_SECONDS, RECENT_SECONDS, limit)
+            for project, run, settled in await (await conn.execute(sql, params)).fetchall():
+                if len(due) < limit and ready((project, run), settled):
+                    due[(project, run)] = None
+            if len(due) >= limit:
+                break
         if not due:
             return {}
 
@@ -132,7 +151,7 @@ async def judge(
 
         # (the Python in a thread: a round reads up to tens of thousands of calls, and
         # the event loop keeps answering ingest meanwhile)
-        read = await run_calls.read_calls(fetch, due, offload=asyncio.to_thread)
+        read = await run_calls.read_calls(fetch, list(due), offload=asyncio.to_thread)
     counts = read.counts  # (a run without tool calls has none: it is judged on [])
     judged = await asyncio.to_thread(_judge_all, {key: read.calls.get(key, []) for key in counts})
     if not judged:

@@ -12,15 +12,20 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import time
 import uuid
 from datetime import timedelta
+from pathlib import Path
 
 import psycopg
 import pytest
 from conftest import Api, Project, query, serving
 from lifecycle_data import NOW, aggregates, dataset, judged, rollups, send
 from otlp_exports import document, split
-from serve_process import keelwave
+from psycopg_pool import AsyncConnectionPool
+from serve_process import ServeProcess, keelwave
+
+from keelwave.server.store import uncounted
 
 WINDOW = (NOW - timedelta(days=2), NOW + timedelta(hours=1))
 COUNTERS = "step_count, llm_calls, input_tokens, output_tokens, round(cost_usd::numeric, 6)"
@@ -148,8 +153,10 @@ async def test_runs_written_straight_into_the_tables_show_after_a_recount(
 
     before = await aggregates(api, project, *WINDOW)
     assert before["/summary"]["data"]["current"]["runs"] == 0
+    assert project.name in await uncounted_projects(db_url)
 
     result = await recounted(db_url, project)
+    assert project.name not in await uncounted_projects(db_url)
     assert result == {"id": project.id, "name": project.name, "runs": 5, "runs_corrected": 5,
                       "rollup_rows": result["rollup_rows"]}  # fmt: skip
     await judged(db_url, project.id)
@@ -165,6 +172,38 @@ async def test_runs_written_straight_into_the_tables_show_after_a_recount(
         f"/v1/projects/{project.id}/agent/runs/{runs[0]}/findings", headers=project.auth("read")
     )
     assert status == 200 and "exact_loop" in {f["kind"] for f in body["data"]}
+
+
+async def uncounted_projects(db_url: str) -> list[str]:
+    async with AsyncConnectionPool(db_url, kwargs={"autocommit": True}, open=False) as pool:
+        return await uncounted.uncounted_projects(pool)
+
+
+def test_a_server_says_which_projects_hold_runs_no_rollup_counts(
+    db_url: str, tmp_path: Path
+) -> None:
+    """Runs loaded with COPY into a fresh database: the server's log names the project
+    and the command that counts it, soon after it starts."""
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        project_id = conn.execute(
+            "INSERT INTO projects (name) VALUES ('bulk-loaded') RETURNING id"
+        ).fetchone()[0]
+        with conn.cursor().copy(
+            "COPY agent_runs (project_id, id, agent_name, started_at) FROM STDIN"
+        ) as copy:
+            for _ in range(3):
+                copy.write_row((project_id, uuid.uuid4(), "loader", NOW))
+    server = ServeProcess("--database-url", db_url, log=tmp_path / "serve.log")
+    try:
+        for _ in range(300):
+            if "keelwave projects recount bulk-loaded" in server.stderr():
+                break
+            time.sleep(0.1)
+        said = server.stderr()
+        assert "project 'bulk-loaded' has runs that no rollup counts" in said, said
+        assert "Traceback" not in said
+    finally:
+        server.stop()
 
 
 # Makes each recount dwell a second after it has emptied the project's rollups and

@@ -39,6 +39,7 @@ from keelwave.server.store.lane import Lane
 from keelwave.server.store.pending_tools import Folder
 from keelwave.server.store.reaper import Reaper
 from keelwave.server.store.retention import Enforcer
+from keelwave.server.store.uncounted import UncountedWatch
 from keelwave.server.store.verdicts import VerdictKeeper
 from keelwave.server.store.writer import IngestWriter
 from keelwave.settings import Settings
@@ -169,6 +170,10 @@ async def _database(app: web.Application) -> AsyncIterator[None]:
     writer.start()
     if settings.server_verdicts:
         verdicts.start()
+    # (one a server, as the keeper: the first worker)
+    watch = UncountedWatch(pool) if settings.server_verdicts else None
+    if watch is not None:
+        watch.start()
     app[appkeys.METRICS].buffer_rows = lambda: writer.waiting_rows
     keystore = KeyStore(pool, conninfo, settings.key_cache_seconds)
     keystore.start()
@@ -214,6 +219,8 @@ async def _database(app: web.Application) -> AsyncIterator[None]:
         await evaluator.stop()
         await writer.close()
         await verdicts.stop()
+        if watch is not None:
+            await watch.stop()
         await reaper.stop()
         if folder is not None:
             await folder.stop()

@@ -1029,7 +1029,10 @@ async def _profile_store(
             else:
                 accepted = export.check(decode.from_protobuf(body))
             stored += await traces.store_export(
-                pool, project_id, accepted.spans, projection(project_id, prices, accepted.kept)
+                pool,
+                project_id,
+                accepted.spans,
+                projection(project_id, prices, accepted.kept, accepted.roles),
             )
             if clock is not None:
                 clock.add("traces.store_export (all of it)", time.perf_counter() - started)

@@ -25,7 +25,12 @@ import pytest
 from keelwave.db import keys as key_store
 from keelwave.db import migrate
 from keelwave.server.app import create_app
+from keelwave.server.ingest.otlp import appends
 from keelwave.settings import Settings
+
+# Every OTLP trace mapped by adding an export's spans to what was mapped before is
+# checked against mapping it whole, in every test whose server runs in-process.
+appends.VERIFY = True
 
 
 def _dump_tasks(signum: int, frame: object) -> None:

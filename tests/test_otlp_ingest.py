@@ -223,6 +223,73 @@ async def test_split_reordered_and_retried_exports_store_what_one_export_does(
     assert assert_sketches_stored(db_url, pieces.id) == len(expected["steps"])
 
 
+def long_run_document(steps: int) -> dict:
+    """A run of ``steps`` model calls, each followed by its tool call (the tenth query
+    from the end asked again at the end: a loop), under one agent span, as OTLP JSON."""
+
+    def attributes(values: dict) -> list[dict]:
+        return [{"key": key, "value": {"intValue": str(value)} if isinstance(value, int)
+                 else {"stringValue": value}} for key, value in values.items()]  # fmt: skip
+
+    trace, agent, base = "ab" * 16, f"{1:016x}", 1_800_000_000_000_000_000
+    spans = [{"traceId": trace, "spanId": agent, "name": "invoke_agent researcher",
+              "startTimeUnixNano": str(base), "endTimeUnixNano": str(base + 1000 * steps + 900),
+              "attributes": attributes({"gen_ai.operation.name": "invoke_agent",
+                                        "gen_ai.agent.name": "researcher"})}]  # fmt: skip
+    for n in range(1, steps + 1):
+        start = base + 1000 * n
+        query = f"query {n}" if n < steps else f"query {steps - 10}"
+        spans.append({"traceId": trace, "spanId": f"{10_000 + n:016x}", "parentSpanId": agent,
+                      "name": "chat gpt-4o", "startTimeUnixNano": str(start),
+                      "endTimeUnixNano": str(start + 300),
+                      "attributes": attributes({"gen_ai.operation.name": "chat",
+                                                "gen_ai.provider.name": "openai",
+                                                "gen_ai.request.model": "gpt-4o",
+                                                "gen_ai.usage.input_tokens": 1000 + n,
+                                                "gen_ai.usage.output_tokens": 20})})  # fmt: skip
+        spans.append({"traceId": trace, "spanId": f"{20_000 + n:016x}", "parentSpanId": agent,
+                      "name": "execute_tool search", "startTimeUnixNano": str(start + 400),
+                      "endTimeUnixNano": str(start + 800),
+                      "attributes": attributes({"gen_ai.operation.name": "execute_tool",
+                                                "gen_ai.tool.name": "search",
+                                                "gen_ai.tool.call.arguments":
+                                                    json.dumps({"q": query}),
+                                                "gen_ai.tool.call.result":
+                                                    json.dumps({"hits": n})})})  # fmt: skip
+    return {"resourceSpans": [{"resource": {"attributes": attributes(
+        {"service.name": "researcher"})}, "scopeSpans": [{"scope": {"name": "bench"},
+                                                           "spans": spans}]}]}  # fmt: skip
+
+
+async def test_a_long_run_sent_a_few_spans_at_a_time_stores_what_one_export_does(
+    api, db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run still going sends its spans export after export; each export's spans are
+    added to what the trace mapped to before (appends.py), instead of mapping every
+    span of it again, and what is stored is what one export of the whole run stores."""
+    from keelwave.server.ingest.otlp import appends
+
+    added = []
+    real = appends.map_more
+    monkeypatch.setattr(appends, "map_more", lambda *a: added.append(real(*a)) or added[-1])
+    doc = long_run_document(120)
+    whole, pieces = make_project(db_url), make_project(db_url)
+    assert (await send(api, whole.keys["ingest"], doc))[0] == 200
+    ended = sorted(spans_of(doc), key=lambda item: int(item[2]["endTimeUnixNano"]))
+    for number, start in enumerate(range(0, len(ended), 3)):
+        export = export_of(doc, ended[start : start + 3])
+        for _ in range(2 if number % 10 == 0 else 1):  # (some sent again)
+            status, body = await send(api, pieces.keys["ingest"], export, number % 2 == 0)
+            assert status == 200, body
+    expected, _ = assert_same_stored(db_url, whole.id, pieces.id)
+    assert len(expected["steps"]) == 120
+    assert sum(runs is not None for runs in added) >= len(ended) // 3 - 3
+    [(loop_step,)] = query(
+        db_url, "SELECT loop_step_index FROM agent_runs WHERE project_id = %s", (pieces.id,)
+    )
+    assert loop_step == 110
+
+
 BOUNDED = ["langgraph_nested", "mastra_nested", "openaiagents_loop", "smolagents_nested"]
 
 

@@ -50,6 +50,7 @@ from keelwave.server.store.pgscript import copy_data
 
 TRACE_LOCKS = 0x6B79  # pg_advisory_xact_lock(int, int) namespace of OTLP traces
 DIGEST_BYTES = 16
+CALL_BYTES = 16 + DIGEST_BYTES  # a model call's id, then its row's digest
 
 
 _pack = msgspec.msgpack.Encoder().encode  # UUIDs, datetimes, bytes: all in C
@@ -85,6 +86,7 @@ class RunRow:
     calls: list[tuple] = field(default_factory=list)  # statements.TRACE_COLUMNS rows
     step_digests: list[bytes] | None = None  # digest(*row) of each step, if known already
     call_digests: list[bytes] | None = None  # …and of each model call
+    call_entries: list[bytes] | None = None  # …with its id before it (_Stored.calls)
 
     def row_digest(self) -> bytes:
         return digest(
@@ -114,11 +116,17 @@ class Projection(Protocol):
 
 @dataclass(slots=True)
 class _Stored:
-    """What otlp_runs says was written for a run last time."""
+    """What otlp_runs says was written for a run last time, as it keeps it: compared
+    as bytes (a long run's are compared and extended export after export)."""
 
     digest: bytes
-    steps: list[bytes]
-    calls: list[tuple[uuid.UUID, bytes]]
+    steps: bytes  # each step's digest, DIGEST_BYTES each
+    calls: bytes  # each model call's id and digest, CALL_BYTES each
+
+    def call_ids(self, first: int = 0) -> list[uuid.UUID]:
+        """The ids of its calls from the one numbered ``first`` on."""
+        calls, starts = self.calls, range(first * CALL_BYTES, len(self.calls), CALL_BYTES)
+        return [uuid.UUID(bytes=calls[i : i + 16]) for i in starts]
 
 
 @dataclass(slots=True)
@@ -325,14 +333,8 @@ async def _stored_runs(
     )
     found: dict[bytes, dict[uuid.UUID, _Stored]] = {}
     for trace, run, run_digest, steps, calls in await cur.fetchall():
-        steps, calls = bytes(steps), bytes(calls)
         found.setdefault(bytes(trace), {})[run] = _Stored(
-            bytes(run_digest),
-            [steps[i : i + DIGEST_BYTES] for i in range(0, len(steps), DIGEST_BYTES)],
-            [
-                (uuid.UUID(bytes=calls[i : i + 16]), calls[i + 16 : i + 32])
-                for i in range(0, len(calls), 32)
-            ],
+            bytes(run_digest), bytes(steps), bytes(calls)
         )
     return found
 
@@ -353,26 +355,29 @@ def _compare(
             if run.call_digests is not None
             else [digest(*call) for call in run.calls]
         )
+        steps = b"".join(step_digests)
+        calls = b"".join(
+            run.call_entries
+            if run.call_entries is not None
+            else (call[1].bytes + d for call, d in zip(run.calls, call_digests, strict=True))
+        )
         row_digest = run.row_digest()
         if before is not None and (
-            before.digest == row_digest
-            and before.steps == step_digests
-            and [d for _, d in before.calls] == call_digests
+            before.digest == row_digest and before.steps == steps and before.calls == calls
         ):
             continue
         plan.retract.append(run.id)
         plan.rows.append((trace, run))
-        kept_steps = _common_prefix(before.steps if before else [], step_digests)
+        kept_steps = _common_prefix(before.steps if before else b"", steps, DIGEST_BYTES)
         plan.keep_steps[run.id] = kept_steps
-        calls = b"".join(call[1].bytes + d for call, d in zip(run.calls, call_digests, strict=True))
-        plan.digests.append((row_digest, b"".join(step_digests), calls))
+        plan.digests.append((row_digest, steps, calls))
         # Appended steps make the run's verdict due by themselves (verdicts.py); steps
         # renumbered or taken away must make it so.
-        plan.rejudge.append(before is not None and kept_steps < len(before.steps))
+        plan.rejudge.append(before is not None and kept_steps < len(before.steps) // DIGEST_BYTES)
         plan.steps += run.steps[kept_steps:]
-        kept_calls = _common_prefix([d for _, d in before.calls] if before else [], call_digests)
+        kept_calls = _common_prefix(before.calls if before else b"", calls, CALL_BYTES)
         if before is not None:
-            plan.stale_calls += [(run.id, call) for call, _ in before.calls[kept_calls:]]
+            plan.stale_calls += [(run.id, call) for call in before.call_ids(kept_calls)]
         plan.calls += run.calls[kept_calls:]
     projected = {run.id for run in runs}
     for run_id, before in previous.items():
@@ -380,14 +385,18 @@ def _compare(
             plan.retract.append(run_id)
             plan.vanished.append(run_id)
             plan.keep_steps[run_id] = 0
-            plan.stale_calls += [(run_id, call) for call, _ in before.calls]
+            plan.stale_calls += [(run_id, call) for call in before.call_ids()]
 
 
-def _common_prefix(before: list[bytes], after: list[bytes]) -> int:
-    count = 0
-    for old, new in zip(before, after, strict=False):
-        if old != new:
-            break
+def _common_prefix(before: bytes, after: bytes, size: int) -> int:
+    """How many ``size``-byte entries the two begin with alike."""
+    if after.startswith(before):  # (the common case: entries added at the end)
+        return len(before) // size
+    count, end = 0, min(len(before), len(after))
+    while (
+        count * size < end
+        and before[count * size : (count + 1) * size] == after[count * size : (count + 1) * size]
+    ):
         count += 1
     return count
 

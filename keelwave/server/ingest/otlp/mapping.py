@@ -44,6 +44,7 @@ of it arrives.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import functools
 import operator
@@ -512,16 +513,24 @@ def _cut_off_after_tools(span: Span, children: list[Span]) -> bool:
     return last is not None and c.role(last) == c.TOOL
 
 
-def _link_calls(run: MappedRun) -> None:
+def _link_calls(run: MappedRun, first: int = 0) -> None:
     """Each call's step: the first tool call that started after the model call began
-    and before the next model call did (the call that asked for it)."""
-    steps, position = run.steps, 0
-    for number, call in enumerate(run.calls):
-        until = run.calls[number + 1].started_ns if number + 1 < len(run.calls) else None
+    and before the next model call did (the call that asked for it). From the call
+    numbered ``first`` on (appends.py: the calls before keep theirs)."""
+    steps, calls = run.steps, run.calls
+    position = 0
+    if first and first < len(calls):  # (steps are in start order: skip to the call's)
+        position = bisect.bisect_left(steps, calls[first].started_ns, key=_STEP_START)
+    for number in range(first, len(calls)):
+        call = calls[number]
+        until = calls[number + 1].started_ns if number + 1 < len(calls) else None
         while position < len(steps) and steps[position].started_ns < call.started_ns:
             position += 1
         if position < len(steps) and (until is None or steps[position].started_ns < until):
             call.step_index = steps[position].step_index
+
+
+_STEP_START = operator.attrgetter("started_ns")
 
 
 def _loop_began(steps: list[MappedStep]) -> int | None:

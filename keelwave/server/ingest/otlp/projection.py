@@ -10,6 +10,7 @@ same spans always give the same rows.
 from __future__ import annotations
 
 import functools
+import operator
 import uuid
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -23,7 +24,7 @@ from keelwave.protocol import (
 )
 from keelwave.sdk import canonical_json
 from keelwave.server.findings.sketch import stored_sketch
-from keelwave.server.ingest.otlp import mapping, stored
+from keelwave.server.ingest.otlp import appends, mapping, stored
 from keelwave.server.ingest.otlp.decode import Span
 from keelwave.server.ingest.pricing import PriceTable
 from keelwave.server.store.traces import RunRow, digest
@@ -53,7 +54,13 @@ class _TraceMemo:
     )
     # By span id: a model call's run and step, its row and the row's digest. (A call is
     # mapped afresh each time, but from the same span: only its run and step can differ.)
-    calls: dict[bytes, tuple[uuid.UUID, int | None, tuple, bytes]] = field(default_factory=dict)
+    calls: dict[bytes, tuple[uuid.UUID, int | None, tuple, bytes, bytes]] = field(
+        default_factory=dict
+    )
+    # A run still going, which the next export's spans may just add to (appends.py),
+    # and the rows it gave last time, which rows that did not change are taken from.
+    appendable: appends.Appendable | None = None
+    last_row: RunRow | None = None
     counted: int = 0  # its spans, as _Memos.spans last counted them
 
 
@@ -154,11 +161,44 @@ class TraceProjection:
             else:
                 decoded.append(held.setdefault(span_id, stored.decode(blob)))
         _memos.grown(self._project_id, trace_id, memo)
-        runs = mapping.map_trace(decoded, memo.mapped)
-        return [
-            _row(self._project_id, trace_id, run, self._prices, memo.rows, memo.calls)
+        previous = memo.last_row
+        runs = _mapped(decoded, memo)
+        if memo.appendable is None or previous is None or previous.id != runs[0].run_id:
+            previous = None  # (mapped whole: every row is looked at)
+        unchanged = memo.appendable.unchanged if previous is not None else (0, 0)
+        rows = [
+            _row(self._project_id, trace_id, run, self._prices, memo.rows, memo.calls,
+                 previous, unchanged)
             for run in runs
-        ]
+        ]  # fmt: skip
+        if appends.VERIFY and previous is not None:
+            whole = [_row(self._project_id, trace_id, run, self._prices) for run in runs]
+            if whole != rows:
+                raise appends.MismatchError(f"rows taken as they were: {rows!r}, not {whole!r}")
+        memo.last_row = rows[0] if memo.appendable is not None else None
+        return rows
+
+
+def _mapped(spans: list[Span], memo: _TraceMemo) -> list[mapping.MappedRun]:
+    """map_trace of the trace's ``spans``, by adding the new ones to what the last
+    mapping gave where they keep its shape (appends.py)."""
+    state, memo.appendable = memo.appendable, None
+    if state is not None:
+        new = [span for span in spans if span.span_id not in state.span_ids]
+        # Every span it mapped must still be there: one of a transaction rolled back
+        # (this process mapped it, the database never kept it) is not.
+        whole = not new or len(spans) - len(new) != len(state.span_ids)
+        runs = None if whole else appends.map_more(state, new, memo.mapped)
+        if runs is not None:
+            if appends.VERIFY:
+                appends.verify(runs, spans, memo.mapped)
+            memo.appendable = state
+            return runs
+    runs = mapping.map_trace(spans, memo.mapped)
+    memo.appendable = appends.appendable(spans, runs, memo.mapped)
+    if memo.appendable is not None:
+        memo.appendable.unchanged = (0, 0)  # (mapped whole: nothing to take as it was)
+    return runs
 
 
 def projection(
@@ -204,19 +244,29 @@ def _row(
     run: mapping.MappedRun,
     prices: PriceTable,
     rows: dict[bytes, tuple[mapping.MappedStep, uuid.UUID, tuple, bytes]] | None = None,
-    call_rows: dict[bytes, tuple[uuid.UUID, int | None, tuple, bytes]] | None = None,
+    call_rows: dict[bytes, tuple[uuid.UUID, int | None, tuple, bytes, bytes]] | None = None,
+    previous: RunRow | None = None,
+    unchanged: tuple[int, int] = (0, 0),
 ) -> RunRow:
+    """The run as the store writes it. ``previous``: its row from the last mapping,
+    whose first ``unchanged`` (steps, calls) are taken as they are (appends.py says
+    which did not change); the others are made, or found in ``rows`` and
+    ``call_rows`` by span id."""
     rows = {} if rows is None else rows
     call_rows = {} if call_rows is None else call_rows
+    kept_steps, kept_calls = unchanged if previous is not None else (0, 0)
     steps, digests = [], []
-    for step in run.steps:
+    if kept_steps:
+        steps, digests = previous.steps[:kept_steps], previous.step_digests[:kept_steps]
+    run_id = run.run_id
+    for step in run.steps[kept_steps:]:
         known = rows.get(step.span_id)
-        if known is not None and known[0] is step and known[1] == run.run_id:
+        if known is not None and known[0] is step and (known[1] is run_id or known[1] == run_id):
             row, row_digest = known[2], known[3]
         else:
             row = (
                 project_id,
-                run.run_id,
+                run_id,
                 step.step_index,
                 "tool_call",
                 name(step.tool_name),
@@ -231,26 +281,32 @@ def _row(
                 stored_sketch(step.tool_name, step.tool_input),
             )  # fmt: skip
             row_digest = digest(*row)
-            rows[step.span_id] = (step, run.run_id, row, row_digest)
+            rows[step.span_id] = (step, run_id, row, row_digest)
         steps.append(row)
         digests.append(row_digest)
-    calls, call_digests = [], []
-    for call in run.calls:
+    calls, call_digests, entries = [], [], []
+    if kept_calls:
+        calls = previous.calls[:kept_calls]
+        call_digests = previous.call_digests[:kept_calls]
+        entries = previous.call_entries[:kept_calls]
+    for call in run.calls[kept_calls:]:
         known_call = call_rows.get(call.span_id)
         if (
             known_call is not None
-            and known_call[0] == run.run_id
+            and (known_call[0] is run_id or known_call[0] == run_id)
             and known_call[1] == call.step_index
         ):
-            row, row_digest = known_call[2], known_call[3]
+            row, row_digest, entry = known_call[2], known_call[3], known_call[4]
         else:
-            row = _call_row(project_id, trace_id, run.run_id, call, prices)
+            row = _call_row(project_id, trace_id, run_id, call, prices)
             row_digest = digest(*row)
-            call_rows[call.span_id] = (run.run_id, call.step_index, row, row_digest)
+            entry = row[1].bytes + row_digest
+            call_rows[call.span_id] = (run_id, call.step_index, row, row_digest, entry)
         calls.append(row)
         call_digests.append(row_digest)
+        entries.append(entry)
     return RunRow(
-        id=run.run_id,
+        id=run_id,
         agent_name=name(run.agent_name),
         parent_run_id=run.parent_run_id,
         started_at=when(run.started_ns),
@@ -264,14 +320,19 @@ def _row(
         error=text(run.error),
         error_traceback=traceback(run.error_traceback),
         llm_calls=len(calls),
-        input_tokens=sum(call[6] for call in calls),
-        output_tokens=sum(call[7] for call in calls),
-        cost_usd=sum(call[10] or 0.0 for call in calls),
+        input_tokens=sum(map(_INPUT_TOKENS, calls)),
+        output_tokens=sum(map(_OUTPUT_TOKENS, calls)),
+        cost_usd=sum(cost or 0.0 for cost in map(_COST, calls)),
         steps=steps,
         calls=calls,
         step_digests=digests,
         call_digests=call_digests,
+        call_entries=entries,
     )
+
+
+# (positions in a call's row: statements.TRACE_COLUMNS)
+_INPUT_TOKENS, _OUTPUT_TOKENS, _COST = (operator.itemgetter(n) for n in (6, 7, 10))
 
 
 def _call_row(

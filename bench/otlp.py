@@ -50,6 +50,7 @@ import argparse
 import asyncio
 import contextlib
 import cProfile
+import dataclasses
 import functools
 import io
 import json
@@ -1204,6 +1205,76 @@ def print_insert(found: dict) -> None:
         )
 
 
+# -- one long run, export after export ------------------------------------------------
+
+
+def long_run_cost(steps: int, per_export: int) -> dict:
+    """One run of about ``steps`` tool calls (and their model calls), its spans sent as
+    a batch exporter sends a run still going: in the order they end, ``per_export`` a
+    time, its agent span last. Each export decoded, checked and stored by
+    traces.store_export on a fresh database, one after the other: the store's time a
+    step, and how the exports' time grows with the run (a trace is projected again
+    by every export that brings more of it)."""
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+
+    from keelwave.server.app import tune_garbage_collector
+
+    tune_garbage_collector()
+    [run] = plan(3, 1, 1)
+    pattern, length, children = run.children, run.end_ns - run.start_ns, []
+    while sum(child.kind == "tool" for child in children) < steps:
+        shift = length * (len(children) // len(pattern))
+        children += [
+            dataclasses.replace(child, start_ns=child.start_ns + shift,
+                                end_ns=child.end_ns + shift, final=False)
+            for child in pattern
+        ]  # fmt: skip
+    run.children, run.end_ns = children, children[-1].end_ns + 1
+
+    class Hold(SpanProcessor):
+        def __init__(self) -> None:
+            self.spans: list = []
+
+        def on_end(self, span) -> None:
+            self.spans.append(span)
+
+    hold = Hold()
+    provider = TracerProvider(resource=Resource.create({"service.name": "long-runner"}))
+    provider.add_span_processor(hold)
+    emit(provider.get_tracer("long-run"), [run])
+    spans = hold.spans
+    bodies = [
+        encode_spans(spans[i : i + per_export]).SerializePartialToString()
+        for i in range(0, len(spans), per_export)
+    ]
+    name = "kw_bench_otlp_long"
+    clock = Clock()
+    try:
+        db_url = scratch(name)
+        with _instrumented(clock):
+            seconds, _ = asyncio.run(_profile_store(db_url, bodies, clock, 1))
+        with psycopg.connect(db_url) as conn:
+            [(stored,)] = conn.execute("SELECT sum(step_count) FROM agent_runs").fetchall()
+    finally:
+        drop_database(name)
+    return {
+        "steps": stored, "spans": len(spans), "exports": len(bodies), "seconds": seconds,
+        "us_per_step": 1e6 * seconds / max(1, stored), "stages": clock.seconds,
+    }  # fmt: skip
+
+
+def print_long(found: dict) -> None:
+    print(
+        f"\none run of {found['steps']:,} steps ({found['spans']:,} spans) in "
+        f"{found['exports']} exports, stored one after the other: {found['seconds']:.2f} s, "
+        f"{found['us_per_step']:,.0f} µs a step"
+    )
+    for stage, seconds in sorted(found["stages"].items(), key=lambda item: -item[1])[:8]:
+        print(f"  {stage:<46}{seconds:7.2f} s")
+
+
 # -- py-spy's samples of the real server, by stage ----------------------------------------
 
 # (stage, file, functions): the deepest frame of a sample that matches one of keelwave's
@@ -1471,7 +1542,13 @@ def main() -> None:
         "--stall", type=float, default=30, help="give up this long after the last row arrived"
     )
     parser.add_argument(
-        "--skip", nargs="*", default=[], choices=[*SYSTEMS, "decode", "profile", "insert"]
+        "--skip",
+        nargs="*",
+        default=[],
+        choices=[*SYSTEMS, "decode", "profile", "insert", "long"],
+    )
+    parser.add_argument(
+        "--long-steps", type=int, default=4000, help="steps of the long run (stage long)"
     )
     parser.add_argument(
         "--py-spy",
@@ -1485,6 +1562,7 @@ def main() -> None:
         args.processes, args.agents, args.runs, args.phoenix_runs = 4, 5, 2, 1
         args.repeat = 1
         args.stall = 10
+        args.long_steps = 300
     skip = set(args.skip)
     if "phoenix" not in skip and shutil.which(args.phoenix) is None:
         print(f"no {args.phoenix!r} command: Phoenix is skipped (see the module's docstring)")
@@ -1500,6 +1578,9 @@ def main() -> None:
     if "insert" not in skip:
         results["insert"] = insert_variants()
         print_insert(results["insert"])
+    if "long" not in skip:
+        results["long"] = long_run_cost(args.long_steps, 10)
+        print_long(results["long"])
     rounds = []
     for number in range(args.repeat):
         found = {}

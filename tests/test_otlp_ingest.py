@@ -5,6 +5,7 @@ store exactly what one export does; the answers follow the OTLP specification.""
 from __future__ import annotations
 
 import asyncio
+import copy
 import gzip
 import json
 import uuid
@@ -290,6 +291,64 @@ async def test_a_long_run_sent_a_few_spans_at_a_time_stores_what_one_export_does
     assert loop_step == 110
 
 
+async def test_spans_of_an_export_the_database_refused_are_forgotten(
+    api, project, db_url: str
+) -> None:
+    """An export refused after its trace was mapped leaves nothing behind in the server's
+    memory: the next export of the trace sees what the database has (here also a span
+    another server stored meanwhile), not the refused span it had mapped."""
+    from keelwave.server.ingest.otlp import stored as stored_form
+
+    doc = long_run_document(6)
+    ended = sorted(spans_of(doc), key=lambda item: int(item[2]["endTimeUnixNano"]))
+    tools = [item for item in ended if item[2]["name"].startswith("execute_tool")]
+    chats = [item for item in ended if item[2]["name"].startswith("chat")]
+    first = [chats[0], tools[0], chats[1], tools[1]]
+    assert (await send(api, project.keys["ingest"], export_of(doc, first)))[0] == 200
+
+    refused = copy.deepcopy(tools[2])
+    refused[2]["spanId"] = f"{99_999:016x}"
+    for attribute in refused[2]["attributes"]:
+        if attribute["key"] == "gen_ai.tool.call.arguments":
+            attribute["value"] = {"stringValue": json.dumps({"q": "refuse me"})}
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute(
+            "CREATE FUNCTION kw_test_refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+            "IF NEW.tool_input::text LIKE '%refuse me%' THEN RAISE EXCEPTION 'refused' "
+            "USING ERRCODE = 'data_exception'; END IF; RETURN NEW; END $$"
+        )
+        conn.execute(
+            "CREATE TRIGGER kw_test_refuse BEFORE INSERT ON agent_steps FOR EACH ROW "
+            "EXECUTE FUNCTION kw_test_refuse()"
+        )
+    status, _ = await send(api, project.keys["ingest"], export_of(doc, [refused]))
+    assert status == 400
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("DROP TRIGGER kw_test_refuse ON agent_steps")
+
+    # Another server stores the third tool call meanwhile.
+    [elsewhere] = decode.from_json(json.dumps(export_of(doc, [tools[2]])).encode())
+    query(
+        db_url,
+        "INSERT INTO otlp_spans (project_id, trace_id, span_id, span) "
+        "VALUES (%s, %s, %s, %s) RETURNING 1",
+        (
+            uuid.UUID(project.id),
+            elsewhere.trace_id,
+            elsewhere.span_id,
+            stored_form.encode(elsewhere),
+        ),
+    )
+    last = [chats[3], tools[3]]
+    assert (await send(api, project.keys["ingest"], export_of(doc, last)))[0] == 200
+
+    whole = make_project(db_url)
+    everything = export_of(doc, [*first, tools[2], *last])
+    assert (await send(api, whole.keys["ingest"], everything))[0] == 200
+    expected, got = assert_same_stored(db_url, whole.id, project.id)
+    assert len(got["steps"]) == 4
+
+
 BOUNDED = ["langgraph_nested", "mastra_nested", "openaiagents_loop", "smolagents_nested"]
 
 
@@ -374,9 +433,9 @@ async def test_a_retried_export_is_accepted_and_stores_nothing_twice(api, projec
 async def test_spans_another_server_stored_meanwhile_are_not_stored_twice(
     api, project, db_url, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Spans are COPYed straight into otlp_spans once the trace's stored ids are read,
-    under the trace's lock. Servers on different Citus nodes do not share those locks:
-    another may have stored some of the spans after the ids were read. The COPY then
+    """Spans are COPYed straight into otlp_spans once it is read which of them are
+    stored, under the trace's lock. Servers on different Citus nodes do not share those
+    locks: another may have stored some of the spans after that read. The COPY then
     fails on the primary key, and the export goes again the staged way."""
     doc = document("openaiagents_loop")
     spans = sorted(spans_of(doc), key=lambda item: int(item[2]["endTimeUnixNano"]))
@@ -384,10 +443,8 @@ async def test_spans_another_server_stored_meanwhile_are_not_stored_twice(
     assert (await send(api, project.keys["ingest"], export_of(doc, spans[:half])))[0] == 200
     copy_new_spans = traces._copy_new_spans
 
-    async def read_before_the_other_server_committed(cur, project_id, sent, stored_ids):
-        for ids in stored_ids.values():
-            ids.clear()
-        return await copy_new_spans(cur, project_id, sent, stored_ids)
+    async def read_before_the_other_server_committed(cur, project_id, sent, stored):
+        return await copy_new_spans(cur, project_id, sent, set())
 
     monkeypatch.setattr(traces, "_copy_new_spans", read_before_the_other_server_committed)
     status, body = await send(api, project.keys["ingest"], doc, as_protobuf=True)

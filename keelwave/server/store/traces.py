@@ -108,9 +108,21 @@ class Projection(Protocol):
         """The ids of the trace's spans it still holds (from mapping it before)."""
         ...
 
-    def project(self, trace_id: bytes, spans: list[tuple[bytes, bytes | None]]) -> list[RunRow]:
+    def holds(self, trace_id: bytes) -> int:
+        """How many of the trace's spans it holds: all of them when the database has as
+        many (it holds none the database does not: :meth:`rolled_back`)."""
+        ...
+
+    def rolled_back(self) -> None:
+        """The transaction that it was told of spans in did not commit: forget them."""
+        ...
+
+    def project(
+        self, trace_id: bytes, spans: list[tuple[bytes, bytes | None]] | None
+    ) -> list[RunRow]:
         """The runs of every stored span of the trace: (span id, span as stored), the
-        stored form left out (None) for the spans it said it knows."""
+        stored form left out (None) for the spans it said it knows; ``spans`` None when
+        it holds every one of them."""
         ...
 
 
@@ -179,12 +191,16 @@ async def store_export(
 
     async def store() -> int:
         try:
-            return await _store_export(pool, project_id, spans, project, staged=False)
-        except (psycopg.errors.UniqueViolation, psycopg.errors.InternalError) as error:
-            if not _span_stored_already(error):
-                raise
-            # another node added some of these spans
-            return await _store_export(pool, project_id, spans, project, staged=True)
+            try:
+                return await _store_export(pool, project_id, spans, project, staged=False)
+            except (psycopg.errors.UniqueViolation, psycopg.errors.InternalError) as error:
+                if not _span_stored_already(error):
+                    raise
+                # another node added some of these spans
+                return await _store_export(pool, project_id, spans, project, staged=True)
+        except BaseException:
+            project.rolled_back()
+            raise
 
     return await citus_partitions.decompressing(pool, project_id, store, runs)
 
@@ -203,24 +219,30 @@ async def _store_export(
             "SELECT pg_advisory_xact_lock(%s, key) FROM unnest(%b::int[]) AS key",
             (TRACE_LOCKS, keys),
         )
+        complete: set[bytes] = set()  # traces whose stored spans the projection holds all of
         if staged:
             await _stage_spans(cur, project_id, spans)
             await cur.execute(INSERT_SPANS)
             inserted = [(bytes(trace), bytes(span)) for trace, span in await cur.fetchall()]
-            stored_ids = await _stored_span_ids(cur, project_id, traces)
         else:
-            stored_ids = await _stored_span_ids(cur, project_id, traces)
-            inserted = await _copy_new_spans(cur, project_id, spans, stored_ids)
+            already, counts = await _spans_stored(cur, project_id, spans, traces)
+            inserted = await _copy_new_spans(cur, project_id, spans, already)
+            complete = {trace for trace in traces if counts.get(trace, 0) == project.holds(trace)}
         if not inserted:
             return 0
         project.inserted(inserted)
         grown = sorted({trace for trace, _ in inserted})
         new_spans = len(inserted)
-        stored = await _stored_spans(cur, project_id, {t: stored_ids[t] for t in grown}, project)
+        partial = [trace for trace in grown if trace not in complete]
+        stored_ids = await _stored_span_ids(cur, project_id, partial) if partial else {}
+        stored: dict[bytes, list[tuple[bytes, bytes | None]] | None] = dict(
+            await _stored_spans(cur, project_id, stored_ids, project)
+        )
+        stored.update((trace, None) for trace in grown if trace in complete)
         previous = await _stored_runs(cur, project_id, grown)
         plan = _Plan()
         for trace in grown:
-            runs = project.project(trace, stored.get(trace, []))
+            runs = project.project(trace, stored[trace])
             _compare(plan, trace, runs, previous.get(trace, {}))
         if plan.retract:
             await _apply(cur, project_id, plan)
@@ -238,22 +260,40 @@ async def _stored_span_ids(
     return found
 
 
+async def _spans_stored(
+    cur: psycopg.AsyncCursor,
+    project_id: uuid.UUID,
+    spans: Sequence[tuple[bytes, bytes, bytes]],
+    traces: list[bytes],
+) -> tuple[set[tuple[bytes, bytes]], dict[bytes, int]]:
+    """Which of the export's spans are stored already (a retry's), and how many spans
+    each of its traces has stored: the projection holds them all when it holds as many.
+    (Not every id of a long run's trace, export after export.)"""
+    await cur.execute(
+        READ_STORED_OF_EXPORT,
+        ([bytes(trace) for trace, _, _ in spans], [bytes(span) for _, span, _ in spans],
+         project_id),
+    )  # fmt: skip
+    already = {(bytes(trace), bytes(span)) for trace, span in await cur.fetchall()}
+    await cur.execute(COUNT_SPANS, (project_id, traces))
+    return already, {bytes(trace): count for trace, count in await cur.fetchall()}
+
+
 async def _copy_new_spans(
     cur: psycopg.AsyncCursor,
     project_id: uuid.UUID,
     spans: Sequence[tuple[bytes, bytes, bytes]],
-    stored_ids: dict[bytes, list[bytes]],
+    stored: set[tuple[bytes, bytes]],
 ) -> list[tuple[bytes, bytes]]:
-    """COPY the spans not stored yet (the first of any sent twice) into otlp_spans,
-    adding their ids to ``stored_ids``; return their (trace, span) ids."""
-    stored = {(trace, span_id) for trace, ids in stored_ids.items() for span_id in ids}
+    """COPY the spans not in ``stored`` yet (the first of any sent twice) into
+    otlp_spans; return their (trace, span) ids."""
+    stored = set(stored)
     new: list[tuple[bytes, bytes, bytes]] = []
     for trace, span_id, span in spans:
         key = (bytes(trace), bytes(span_id))
         if key not in stored:
             stored.add(key)
             new.append((key[0], key[1], span))
-            stored_ids[key[0]].append(key[1])
     if new:
         await _copy_spans(cur, "otlp_spans", project_id, new)
     return [(trace, span_id) for trace, span_id, _ in new]
@@ -498,6 +538,16 @@ STAGE_SPANS_DDL = (
 )
 READ_SPAN_IDS = """
 SELECT trace_id, array_agg(span_id) FROM otlp_spans
+WHERE project_id = %s AND trace_id = ANY(%b)
+GROUP BY trace_id
+"""
+READ_STORED_OF_EXPORT = """
+SELECT s.trace_id, s.span_id
+FROM unnest(%b::bytea[], %b::bytea[]) AS k (trace_id, span_id)
+JOIN otlp_spans s ON s.project_id = %s AND s.trace_id = k.trace_id AND s.span_id = k.span_id
+"""
+COUNT_SPANS = """
+SELECT trace_id, count(*) FROM otlp_spans
 WHERE project_id = %s AND trace_id = ANY(%b)
 GROUP BY trace_id
 """

@@ -98,6 +98,11 @@ class _Memos:
         _, memo = self._memos.popitem(last=False)
         self.spans -= memo.counted
 
+    def drop(self, project_id: uuid.UUID, trace_id: bytes) -> None:
+        memo = self._memos.pop((project_id, trace_id), None)
+        if memo is not None:
+            self.spans -= memo.counted
+
     def clear(self) -> None:
         self._memos.clear()
         self.spans = 0
@@ -127,6 +132,8 @@ class TraceProjection:
         # The memos this export was told about, held even if the shared cache drops
         # them meanwhile: the spans it said it knows must still be there.
         self._held: dict[bytes, _TraceMemo] = {}
+        self._touched: set[bytes] = set()  # every trace whose memo it got
+        self._inserted: dict[bytes, list[bytes]] = {}  # the spans it stored, by trace
 
     def inserted(self, spans: list[tuple[bytes, bytes]]) -> None:
         """These (trace id, span id) of the export were stored by it: they are known as
@@ -138,6 +145,7 @@ class TraceProjection:
             if span is not None:
                 memo = self._hold(trace_id)
                 memo.spans[span_id] = span  # stored just now: this is it
+                self._inserted.setdefault(trace_id, []).append(span_id)
                 role = roles.get((trace_id, span_id))
                 if role is not None:
                     mapping.remember_role(memo.mapped, span_id, role)
@@ -145,24 +153,45 @@ class TraceProjection:
     def known(self, trace_id: bytes) -> list[bytes]:
         return list(self._hold(trace_id).spans)
 
+    def holds(self, trace_id: bytes) -> int:
+        return len(self._hold(trace_id).spans)
+
+    def rolled_back(self) -> None:
+        """Forget the traces it touched: their memos may hold spans of a transaction
+        that did not commit, which the next export of the trace would take for stored
+        (traces.Projection.holds counts on every span held being stored)."""
+        for trace_id in self._touched:
+            _memos.drop(self._project_id, trace_id)
+        self._held.clear()
+        self._touched.clear()
+        self._inserted.clear()
+
     def _hold(self, trace_id: bytes) -> _TraceMemo:
         memo = self._held.get(trace_id)
         if memo is None:
             memo = self._held[trace_id] = _memos.get(self._project_id, trace_id)
+            self._touched.add(trace_id)
         return memo
 
-    def project(self, trace_id: bytes, spans: list[tuple[bytes, bytes | None]]) -> list[RunRow]:
+    def project(
+        self, trace_id: bytes, spans: list[tuple[bytes, bytes | None]] | None
+    ) -> list[RunRow]:
         memo = self._held.pop(trace_id, None) or _memos.get(self._project_id, trace_id)
+        self._touched.add(trace_id)
         held = memo.spans
-        decoded = []
-        for span_id, blob in spans:
-            if blob is None:
-                decoded.append(held[span_id])  # it said it knows it
-            else:
-                decoded.append(held.setdefault(span_id, stored.decode(blob)))
+        if spans is None:  # it holds every stored span of the trace
+            decoded = list(held.values())
+            inserted = self._inserted.get(trace_id)
+        else:
+            decoded, inserted = [], None
+            for span_id, blob in spans:
+                if blob is None:
+                    decoded.append(held[span_id])  # it said it knows it
+                else:
+                    decoded.append(held.setdefault(span_id, stored.decode(blob)))
         _memos.grown(self._project_id, trace_id, memo)
         previous = memo.last_row
-        runs = _mapped(decoded, memo)
+        runs = _mapped(decoded, memo, inserted)
         if memo.appendable is None or previous is None or previous.id != runs[0].run_id:
             previous = None  # (mapped whole: every row is looked at)
         unchanged = memo.appendable.unchanged if previous is not None else (0, 0)
@@ -179,12 +208,18 @@ class TraceProjection:
         return rows
 
 
-def _mapped(spans: list[Span], memo: _TraceMemo) -> list[mapping.MappedRun]:
+def _mapped(
+    spans: list[Span], memo: _TraceMemo, inserted: list[bytes] | None = None
+) -> list[mapping.MappedRun]:
     """map_trace of the trace's ``spans``, by adding the new ones to what the last
-    mapping gave where they keep its shape (appends.py)."""
+    mapping gave where they keep its shape (appends.py). ``inserted``: the ids of the
+    spans stored since, if known (else every span is looked at)."""
     state, memo.appendable = memo.appendable, None
     if state is not None:
-        new = [span for span in spans if span.span_id not in state.span_ids]
+        if inserted is not None and len(spans) == len(state.span_ids) + len(inserted):
+            new = [memo.spans[span_id] for span_id in inserted]  # (not yet mapped: stored now)
+        else:
+            new = [span for span in spans if span.span_id not in state.span_ids]
         # Every span it mapped must still be there: one of a transaction rolled back
         # (this process mapped it, the database never kept it) is not.
         whole = not new or len(spans) - len(new) != len(state.span_ids)

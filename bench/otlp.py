@@ -1108,13 +1108,8 @@ def profile_store(args: argparse.Namespace) -> dict:
     spans = sum(len(decode.from_protobuf(body)) for body in exports)
     result: dict = {"exports": len(exports), "spans": spans}
     name = "kw_bench_otlp_profile"
-    clock = Clock()
     try:
-        db_url = scratch(name)
-        with _instrumented(clock):
-            seconds, stored = asyncio.run(_profile_store(db_url, exports, clock, 1))
-        with psycopg.connect(db_url) as conn:
-            steps = conn.execute("SELECT count(*) FROM agent_steps").fetchone()[0]
+        seconds, stored, steps, clock = _timed_store(name, exports)
         result.update(
             seconds=seconds, stored=stored, steps=steps, stages=clock.seconds, calls=clock.calls
         )
@@ -1131,6 +1126,18 @@ def profile_store(args: argparse.Namespace) -> dict:
     finally:
         drop_database(name)
     return result
+
+
+def _timed_store(name: str, exports: list[bytes]) -> tuple[float, int, int, Clock]:
+    """Store ``exports`` one after the other on a fresh database ``name``, each stage
+    timed: seconds, spans stored, steps stored, the stages' clock."""
+    clock = Clock()
+    db_url = scratch(name)
+    with _instrumented(clock):
+        seconds, stored = asyncio.run(_profile_store(db_url, exports, clock, 1))
+    with psycopg.connect(db_url) as conn:
+        steps = conn.execute("SELECT count(*) FROM agent_steps").fetchone()[0]
+    return seconds, stored, steps, clock
 
 
 def _round_robin(groups: list[list[bytes]]) -> list[list[bytes]]:
@@ -1250,13 +1257,8 @@ def long_run_cost(steps: int, per_export: int) -> dict:
         for i in range(0, len(spans), per_export)
     ]
     name = "kw_bench_otlp_long"
-    clock = Clock()
     try:
-        db_url = scratch(name)
-        with _instrumented(clock):
-            seconds, _ = asyncio.run(_profile_store(db_url, bodies, clock, 1))
-        with psycopg.connect(db_url) as conn:
-            [(stored,)] = conn.execute("SELECT sum(step_count) FROM agent_runs").fetchall()
+        seconds, _, stored, clock = _timed_store(name, bodies)
     finally:
         drop_database(name)
     return {

@@ -60,6 +60,15 @@ async def transaction(conn: psycopg.AsyncConnection) -> AsyncIterator[None]:
         yield
 
 
+def one_round_trip(*body: str) -> str:
+    """A transaction of statements without parameters as one script, for an autocommit
+    connection: begun as :data:`BEGIN` does, with the rollup staging tables at hand,
+    and committed by PostgreSQL as it reaches the end. A background job's transaction
+    then holds no lock while it waits for its process's event loop to send the next
+    statement (a busy process would keep everyone waiting for those locks)."""
+    return ";\n".join((BEGIN, _ROLLUP_STAGING, *body, "COMMIT"))
+
+
 GROUP_LOCKS = 0x6B77  # 'kw': pg_advisory_xact_lock(int, int) namespace of run groups
 RUN_LOCKS = 0x6B78  # namespace of single runs
 LOCK_GROUPS = 256  # runs fall in this many groups (run id modulo it)

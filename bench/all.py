@@ -24,7 +24,8 @@ them next to the targets keelwave holds itself to on a 2-core machine:
   exporter, three rounds of keelwave's /v1/traces, keelwave's own SDK with the same
   steps, and Arize Phoenix fed the same spans (when the `phoenix` command is
   there): OTLP at least 100x Phoenix and at least half of native ingest (median
-  round), every run, step and model call stored (issues 18 and 23);
+  round), every run, step and model call stored (issues 18 and 23); and one long
+  run sent ten spans an export, its store time a step (no target);
 - memory: the server's resident size, sampled once a second under each load
   above, is flat: the second half of a load never needs more than 10% above
   what the first half reached (issue 23);
@@ -195,6 +196,9 @@ def _otlp_rows(args: argparse.Namespace, out: Path) -> list[tuple[str, str, str,
     rows.append(("OTLP and native: all stored", "yes" if complete else "NO: see its output",
                  "all stored", complete))  # fmt: skip
     rows.append(memory_row("OTLP", summary["otlp"]["rss_mib"][0]))
+    if long_run := found.get("long"):  # (no target: how a run still going costs)
+        what = f"OTLP, one {long_run['steps']:,}-step run, 10 spans an export"
+        rows.append((what, f"{long_run['us_per_step']:,.0f} µs of store time a step", "", None))
     return rows
 
 

@@ -152,3 +152,53 @@ def test_a_span_mapped_before_but_never_stored_is_not_kept(added) -> None:
     projection._mapped(spans[:14], memo)  # spans 10-13: mapped, then rolled back
     again = spans[:10] + spans[14:18]
     assert projection._mapped(again, memo) == mapping.map_trace(again)
+
+
+def random_span(rng, number: int, parent: bytes | None, kind: str, start: int) -> decode.Span:
+    attributes: dict = {}
+    if kind == "agent":
+        attributes = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "a"}
+    elif kind == "tool":
+        attributes = {"gen_ai.operation.name": "execute_tool",
+                      "gen_ai.tool.name": rng.choice(["search", "fetch"])}  # fmt: skip
+        query = rng.choice(["x", "y", "z", None])  # (None: a span without arguments)
+        if query is not None:
+            attributes["gen_ai.tool.call.arguments"] = json.dumps({"q": query})
+    elif kind == "chat":
+        attributes = {"gen_ai.operation.name": "chat", "gen_ai.provider.name": "openai",
+                      "gen_ai.request.model": "gpt-4o",
+                      "gen_ai.usage.input_tokens": rng.randint(1, 9),
+                      "gen_ai.usage.output_tokens": 1,
+                      "gen_ai.response.finish_reasons": [rng.choice(["stop", "tool_calls",
+                                                                     "length"])]}  # fmt: skip
+    return decode.Span(
+        trace_id=TRACE, span_id=number.to_bytes(8, "big"), parent_span_id=parent,
+        name=f"{kind} span", kind=1, start_ns=start, end_ns=start + rng.randint(1, 50),
+        status_code=rng.choice([0, 0, 0, 2]), status_message="", attributes=attributes,
+        resource={"service.name": rng.choice(["svc", "svc2"])},
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("seed", range(0, 600, 100))
+def test_random_runs_map_the_same_however_their_spans_arrive(seed: int, added) -> None:
+    """Runs of random tool and model spans, now and then a span under another, a
+    nested agent, the agent span, ties in start times, failed spans and spans without
+    arguments, sent in random exports: every mapping equals the whole trace's."""
+    import random
+
+    for number in range(seed, seed + 100):
+        rng = random.Random(number)
+        spans = [random_span(rng, 1, None, "agent", 0)] if rng.random() < 0.1 else []
+        ids, start = [AGENT], 10
+        for position in range(rng.randint(1, 60)):
+            start += rng.choice([0, 1, 5, 10])
+            parent = AGENT if rng.random() < 0.97 else rng.choice(ids)
+            kind = rng.choice(["tool", "tool", "chat", "chat"] + ["agent"] * (rng.random() < 0.05))
+            spans.append(random_span(rng, 100 + position, parent, kind, start))
+            ids.append(spans[-1].span_id)
+        if rng.random() < 0.6:
+            order = sorted(spans, key=lambda s: (s.end_ns, s.span_id))
+        else:
+            order = rng.sample(spans, len(spans))
+        replay(order, rng.choice([1, 2, 3]))
+    assert added[0] > 0

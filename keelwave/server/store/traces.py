@@ -227,7 +227,9 @@ async def _store_export(
         else:
             already, counts = await _spans_stored(cur, project_id, spans, traces)
             inserted = await _copy_new_spans(cur, project_id, spans, already)
-            complete = {trace for trace in traces if counts.get(trace, 0) == project.holds(trace)}
+            # (asked before it is told of the new spans; only of traces that got some)
+            complete = {trace for trace in {trace for trace, _ in inserted}
+                        if counts.get(trace, 0) == project.holds(trace)}  # fmt: skip
         if not inserted:
             return 0
         project.inserted(inserted)

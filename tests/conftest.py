@@ -265,10 +265,8 @@ def fold_pending_tool_rollups(db_url: str) -> None:
 
     if ON_CITUS:
         return  # its writer merges tool calls at once: nothing is left pending
-    with psycopg.connect(db_url) as conn:  # one transaction
-        for statement in statements.staging_ddl(statements.ROLLUP_STAGES, emptied_at_commit=True):
-            conn.execute(statement)
-        conn.execute(pending_tools.FOLD)
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute(statements.one_round_trip(pending_tools.FOLD))
 
 
 def assert_sketches_stored(db_url: str, project_id: str) -> int:

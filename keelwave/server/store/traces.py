@@ -85,8 +85,8 @@ class RunRow:
     steps: list[tuple] = field(default_factory=list)  # statements.STEP_COLUMNS rows
     calls: list[tuple] = field(default_factory=list)  # statements.TRACE_COLUMNS rows
     step_digests: list[bytes] | None = None  # digest(*row) of each step, if known already
-    call_digests: list[bytes] | None = None  # …and of each model call
-    call_entries: list[bytes] | None = None  # …with its id before it (_Stored.calls)
+    # …and each model call's id and digest(*row), CALL_BYTES (_Stored.calls), if known
+    call_entries: list[bytes] | None = None
 
     def row_digest(self) -> bytes:
         return digest(
@@ -392,16 +392,11 @@ def _compare(
             if run.step_digests is not None
             else [digest(*step) for step in run.steps]
         )
-        call_digests = (
-            run.call_digests
-            if run.call_digests is not None
-            else [digest(*call) for call in run.calls]
-        )
         steps = b"".join(step_digests)
         calls = b"".join(
             run.call_entries
             if run.call_entries is not None
-            else (call[1].bytes + d for call, d in zip(run.calls, call_digests, strict=True))
+            else (call[1].bytes + digest(*call) for call in run.calls)
         )
         row_digest = run.row_digest()
         if before is not None and (

@@ -52,11 +52,10 @@ class _TraceMemo:
     rows: dict[bytes, tuple[mapping.MappedStep, uuid.UUID, tuple, bytes]] = field(
         default_factory=dict
     )
-    # By span id: a model call's run and step, its row and the row's digest. (A call is
-    # mapped afresh each time, but from the same span: only its run and step can differ.)
-    calls: dict[bytes, tuple[uuid.UUID, int | None, tuple, bytes, bytes]] = field(
-        default_factory=dict
-    )
+    # By span id: a model call's run and step, its row, and its id and the row's digest
+    # (RunRow.call_entries). (A call is mapped afresh each time, but from the same span:
+    # only its run and step can differ.)
+    calls: dict[bytes, tuple[uuid.UUID, int | None, tuple, bytes]] = field(default_factory=dict)
     # A run still going, which the next export's spans may just add to (appends.py),
     # and the rows it gave last time, which rows that did not change are taken from.
     appendable: appends.Appendable | None = None
@@ -279,7 +278,7 @@ def _row(
     run: mapping.MappedRun,
     prices: PriceTable,
     rows: dict[bytes, tuple[mapping.MappedStep, uuid.UUID, tuple, bytes]] | None = None,
-    call_rows: dict[bytes, tuple[uuid.UUID, int | None, tuple, bytes, bytes]] | None = None,
+    call_rows: dict[bytes, tuple[uuid.UUID, int | None, tuple, bytes]] | None = None,
     previous: RunRow | None = None,
     unchanged: tuple[int, int] = (0, 0),
 ) -> RunRow:
@@ -319,11 +318,9 @@ def _row(
             rows[step.span_id] = (step, run_id, row, row_digest)
         steps.append(row)
         digests.append(row_digest)
-    calls, call_digests, entries = [], [], []
+    calls, entries = [], []
     if kept_calls:
-        calls = previous.calls[:kept_calls]
-        call_digests = previous.call_digests[:kept_calls]
-        entries = previous.call_entries[:kept_calls]
+        calls, entries = previous.calls[:kept_calls], previous.call_entries[:kept_calls]
     for call in run.calls[kept_calls:]:
         known_call = call_rows.get(call.span_id)
         if (
@@ -331,14 +328,12 @@ def _row(
             and (known_call[0] is run_id or known_call[0] == run_id)
             and known_call[1] == call.step_index
         ):
-            row, row_digest, entry = known_call[2], known_call[3], known_call[4]
+            row, entry = known_call[2], known_call[3]
         else:
             row = _call_row(project_id, trace_id, run_id, call, prices)
-            row_digest = digest(*row)
-            entry = row[1].bytes + row_digest
-            call_rows[call.span_id] = (run_id, call.step_index, row, row_digest, entry)
+            entry = row[1].bytes + digest(*row)
+            call_rows[call.span_id] = (run_id, call.step_index, row, entry)
         calls.append(row)
-        call_digests.append(row_digest)
         entries.append(entry)
     return RunRow(
         id=run_id,
@@ -361,7 +356,6 @@ def _row(
         steps=steps,
         calls=calls,
         step_digests=digests,
-        call_digests=call_digests,
         call_entries=entries,
     )
 

@@ -60,7 +60,8 @@ Findings are ordered by ``began_at_step``, the first step of the pattern (as for
 Cost: linear in the number of steps. Grouping is in dictionaries; the cycle search
 compares integers, O(n · 8); the input of each call of a tool called 3+ times is
 sketched (``sketch.near_sketch``: its plain words; the store keeps each step's
-sketch, ``StepView.sketch``) and normalised only when three calls share a sketch;
+sketch, ``StepView.sketch``), sketched finely (``near_fine_sketch``: its number
+words too) when three calls share a sketch, and normalised only when three share that;
 an output is parsed once per distinct output inside a block of 3+ consecutive calls
 to one tool (nothing else can be a near-duplicate or a stretch without progress).
 ``bench/findings_quality.py`` measures it: a few tens of µs per step on CPython
@@ -79,7 +80,7 @@ from typing import Any
 
 from keelwave.server.findings import normalise
 from keelwave.server.findings.cycles import repeated_regions
-from keelwave.server.findings.sketch import near_sketch, sketch_number
+from keelwave.server.findings.sketch import near_fine_sketch, near_sketch, sketch_number
 
 KINDS = ("exact_loop", "cycle", "near_duplicate", "no_progress")
 NEAR_DUPLICATE_MIN_CALLS = 3
@@ -247,7 +248,15 @@ def near_duplicates(
         if sketch is None:
             sketch = sketch_number(near_sketch(inputs[position] or None))
         alike[(call.tool_name, sketch)].append(position)
+    # Calls that share a sketch often differ in a number of their text (``"page 17"``):
+    # the fine sketch (its number words too, a third of a near key's cost) tells those
+    # apart before any is normalised.
+    finer: dict[tuple[str, str], list[int]] = defaultdict(list)
     for (tool, _), positions in alike.items():
+        if len(positions) >= NEAR_DUPLICATE_MIN_CALLS:
+            for position in positions:
+                finer[(tool, near_fine_sketch(inputs[position] or None))].append(position)
+    for (tool, _), positions in finer.items():
         if len(positions) < NEAR_DUPLICATE_MIN_CALLS:
             continue
         for position in positions:

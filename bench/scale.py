@@ -45,6 +45,15 @@ row for row.
 Timing. A real ``keelwave serve`` on the data set; each endpoint is called a
 few times to warm up, then ``--repeat`` times; p50 and p95 against the budget,
 then the disk used, per table and per million steps.
+
+On TimescaleDB (``KEELWAVE_BENCH_DATABASE_URL`` pointing at a PostgreSQL that has
+it: the migrations make hypertables of steps and model calls) the rows are COPYed
+without FREEZE (TimescaleDB routes them to chunks, which FREEZE does not know), and
+``--compress-after DAYS`` compresses every chunk older than that before the timing,
+as a policy would: the disk is then each hypertable's chunks, compressed or not.
+
+    KEELWAVE_BENCH_DATABASE_URL=postgresql://postgres@127.0.0.1:5433/postgres \
+        python bench/scale.py --runs 500000 --compress-after 7
 """
 
 from __future__ import annotations
@@ -132,16 +141,61 @@ def stream_rows(url: str, table: str, columns: str, select: str, method: str) ->
         if method == "insert":
             load.execute(f"INSERT INTO {table} ({columns}) {select}")
             return
+        # TimescaleDB sends a hypertable's rows to its chunks, which FREEZE cannot
+        # apply to (they are made during the COPY, not emptied before it).
+        freeze = "" if is_hypertable(load, table) else ", FREEZE"
         with build_connection(url) as generate, load.transaction():
             load.execute(f"TRUNCATE {table}")  # FREEZE needs the table emptied in this transaction
             with (
                 generate.cursor().copy(f"COPY ({select}) TO STDOUT (FORMAT BINARY)") as source,
                 load.cursor().copy(
-                    f"COPY {table} ({columns}) FROM STDIN (FORMAT BINARY, FREEZE)"
+                    f"COPY {table} ({columns}) FROM STDIN (FORMAT BINARY{freeze})"
                 ) as sink,
             ):
                 for block in source:
                     sink.write(block)
+
+
+def timescaledb(conn: psycopg.Connection) -> str | None:
+    """TimescaleDB's version in this database, if it has it."""
+    row = conn.execute(
+        "SELECT extversion FROM pg_extension WHERE extname = 'timescaledb'"
+    ).fetchone()
+    return row[0] if row else None
+
+
+def is_hypertable(conn: psycopg.Connection, table: str) -> bool:
+    if timescaledb(conn) is None:
+        return False
+    return bool(
+        conn.execute(
+            "SELECT 1 FROM timescaledb_information.hypertables WHERE hypertable_name = %s",
+            (table,),
+        ).fetchone()
+    )
+
+
+def compress(url: str, days: float) -> dict[str, int]:
+    """Compress every chunk of the hypertables older than ``days``, as a compression
+    policy would; how many chunks of each were compressed."""
+    with build_connection(url) as conn:
+        tables = [
+            name
+            for (name,) in conn.execute(
+                "SELECT hypertable_name FROM timescaledb_information.hypertables "
+                "WHERE compression_enabled ORDER BY 1"
+            )
+        ]
+        done = {}
+        for table in tables:
+            rows = conn.execute(
+                f"SELECT compress_chunk(c, true) FROM show_chunks('{table}', "
+                "older_than => make_interval(secs => %s)) AS c",
+                (days * 86400,),
+            ).fetchall()
+            done[table] = len(rows)
+        conn.execute("VACUUM ANALYZE")
+    return done
 
 
 def drop_indexes(conn: psycopg.Connection, tables: tuple[str, ...]) -> dict[str, list[str]]:
@@ -213,7 +267,9 @@ def tool_rollup_slices(url: str, project: str, base: datetime, days: float) -> N
         raise failures[0]
 
 
-def build(name: str, runs: int, steps: int, days: float, method: str) -> dict:
+def build(
+    name: str, runs: int, steps: int, days: float, method: str, compress_after: float | None = None
+) -> dict:
     """Build the data set in a fresh database ``name``; return what the timing needs."""
     base = datetime.now(UTC).replace(microsecond=0)
     phases = Phases()
@@ -270,7 +326,14 @@ def build(name: str, runs: int, steps: int, days: float, method: str) -> dict:
             "SELECT id FROM kw_scale.plan WHERE n = %s", (long_run_number(runs),)
         ).fetchone()[0]
         conn.execute("DROP SCHEMA kw_scale CASCADE")
+        version = timescaledb(conn)
+        compressed = None
+        if version and compress_after is not None:
+            compressed = phases.run("compress chunks", compress, url, compress_after)
         meta = {
+            "timescaledb": version,
+            "compressed_chunks": compressed,
+            "compress_after_days": compress_after if compressed else None,
             "key": created.key,
             "long_run": str(long_run),
             "built_at": base.isoformat(),
@@ -403,9 +466,26 @@ ORDER BY 2 DESC
 """
 
 
+# A hypertable's own heap is empty: its rows are in its chunks (compressed or not).
+HYPERTABLE_DISK = """
+SELECT h.hypertable_name, d.total_bytes, d.table_bytes + coalesce(d.toast_bytes, 0),
+       d.index_bytes
+FROM timescaledb_information.hypertables h,
+     LATERAL hypertable_detailed_size(format('%I.%I', h.hypertable_schema,
+                                             h.hypertable_name)::regclass) d
+"""
+
+
 def disk(url: str) -> dict:
     with psycopg.connect(url) as conn:
         tables = conn.execute(DISK).fetchall()
+        if timescaledb(conn):
+            hypertables = conn.execute(HYPERTABLE_DISK).fetchall()
+            names = {row[0] for row in hypertables}
+            tables = sorted(
+                [row for row in tables if row[0] not in names] + hypertables,
+                key=lambda row: -row[1],
+            )
         (database,) = conn.execute("SELECT pg_database_size(current_database())").fetchone()
         runs, steps, calls = conn.execute(
             "SELECT (SELECT count(*) FROM agent_runs), (SELECT count(*) FROM agent_steps), "
@@ -431,6 +511,16 @@ def print_report(meta: dict, usage: dict, results: list[dict]) -> None:
         f"in {meta['build_seconds']:.0f} s ({meta['method']}); python {sys.version.split()[0]} "
         f"({sys.executable}); {os.cpu_count()} cores"
     )
+    if meta.get("timescaledb"):
+        chunks = meta.get("compressed_chunks")
+        print(
+            f"TimescaleDB {meta['timescaledb']}; "
+            + (
+                f"chunks older than {meta['compress_after_days']:g} days compressed: {chunks}"
+                if chunks
+                else "nothing compressed"
+            )
+        )
     print(f"\n{'endpoint':<30}{'p50 ms':>9}{'p95 ms':>9}{'budget':>9}")
     for row in results:
         budget = row["budget_ms"]
@@ -472,6 +562,12 @@ def main() -> None:
         action="store_true",
         help="build a small data set and compare it with what real ingest stores",
     )
+    parser.add_argument(
+        "--compress-after",
+        type=float,
+        metavar="DAYS",
+        help="on TimescaleDB: compress the chunks older than DAYS days after the build",
+    )
     parser.add_argument("--build-only", action="store_true", help="build (and keep), do not time")
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=3)
@@ -483,7 +579,11 @@ def main() -> None:
         sys.exit(0 if verify(runs, steps, args.days, args.method, bool(args.keep)) else 1)
 
     name = args.reuse or args.keep or f"kw_scale_{os.getpid()}"
-    meta = read_meta(name) if args.reuse else build(name, runs, steps, args.days, args.method)
+    meta = (
+        read_meta(name)
+        if args.reuse
+        else build(name, runs, steps, args.days, args.method, args.compress_after)
+    )
     if args.build_only:
         return
     url = database_url(name)

@@ -9,6 +9,7 @@ loops again, and cycles, near-duplicates and calls that make no progress.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import uuid
 
@@ -101,7 +102,7 @@ async def run_findings(request: web.Request) -> web.Response:
         # The calls as the server's verdicts read them (store/run_calls.py), so the two
         # agree. A run renumbered between the read's two statements is read again.
         for _ in range(3):
-            read = await read_calls(queries.rows, [key])
+            read = await read_calls(queries.rows, [key], offload=asyncio.to_thread)
             if key not in read.changed:
                 break
         else:
@@ -109,4 +110,7 @@ async def run_findings(request: web.Request) -> web.Response:
         calls = read.calls.get(key, [])
         if not calls and not (await queries.row(RUN_EXISTS_SQL, {"p": project_id, "r": run_id}))[0]:
             raise not_found(f"run {run_id}")
-    return respond(FindingsResponse, {"data": [f.as_dict() for f in findings(calls)]})
+    # (in a thread: a run of 10,000 steps takes a few tenths of a second to judge, which
+    # the event loop spends answering ingest instead)
+    found = await asyncio.to_thread(findings, calls)
+    return respond(FindingsResponse, {"data": [f.as_dict() for f in found]})

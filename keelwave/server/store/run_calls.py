@@ -64,15 +64,18 @@ FROM k CROSS JOIN LATERAL (
     WHERE t.project_id = k.project_id AND t.run_id = k.run_id AND t.tool_name IS NOT NULL
 ) c
 """
-# (wants: 1 the input, 2 the output, 3 both)
-PAYLOADS = f"""
+# (wants: 1 the input, 2 the output, 3 both.) Each payload names its own run, not
+# the run's place in CALLS: looked up by a relation of one row each, the step is found
+# by its whole index key. Joined to a relation of the runs instead, the planner (sure
+# that a run has a few dozen steps) matched every payload against all of its run's
+# steps: 92 million rows for a 10,000-step run (tests/test_run_calls.py).
+PAYLOADS = """
 WITH k AS (
-    SELECT r.project_id, r.run_id, s.n, s.step_index, s.wants,
+    SELECT s.project_id, s.run_id, s.n, s.step_index, s.wants,
            timestamptz 'epoch' + s.started * interval '1 microsecond' AS started_at
-    FROM unnest(%(runs)b::bigint[], %(indices)b::int[], %(starts)b::bigint[],
-                %(wants)b::int[]) AS s (n, step_index, started, wants)
-    JOIN ({_RUNS}
-    ) r ON r.n = s.n
+    FROM unnest(%(projects)b::uuid[], %(ids)b::uuid[], %(runs)b::bigint[],
+                %(indices)b::int[], %(starts)b::bigint[], %(wants)b::int[])
+        AS s (project_id, run_id, n, step_index, started, wants)
 )
 SELECT k.n, k.step_index, p.*
 FROM k CROSS JOIN LATERAL (
@@ -84,6 +87,18 @@ FROM k CROSS JOIN LATERAL (
       AND p.step_index = k.step_index AND p.started_at = k.started_at
 ) p
 """
+
+
+def payload_parameters(keys: list[Key], needed: list[tuple]) -> dict[str, list]:
+    """PAYLOADS's parameters for the payloads ``needed`` (as _calls gives them)."""
+    return {
+        "projects": [keys[n - 1][0] for n, _, _, _ in needed],
+        "ids": [keys[n - 1][1] for n, _, _, _ in needed],
+        "runs": [n for n, _, _, _ in needed],
+        "indices": [view.step_index for _, view, _, _ in needed],
+        "starts": [started for _, _, started, _ in needed],
+        "wants": [wants for _, _, _, wants in needed],
+    }
 
 
 @dataclass
@@ -181,14 +196,5 @@ async def read_calls(
     found, needed = await run(_calls, keys, await fetch(CALLS, runs))
     if not needed:
         return found
-    payloads = await fetch(
-        PAYLOADS,
-        {
-            **runs,
-            "runs": [n for n, _, _, _ in needed],
-            "indices": [view.step_index for _, view, _, _ in needed],
-            "starts": [started for _, _, started, _ in needed],
-            "wants": [wants for _, _, _, wants in needed],
-        },
-    )
+    payloads = await fetch(PAYLOADS, payload_parameters(keys, needed))
     return await run(_fill, keys, found, needed, payloads)

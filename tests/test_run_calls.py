@@ -116,7 +116,10 @@ def test_a_long_runs_payloads_are_read_one_index_lookup_each(db_url: str, projec
         [[plan]] = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + run_calls.PAYLOADS, params)
         payloads = conn.execute(run_calls.PAYLOADS, params).fetchall()
     assert len(payloads) == steps_in_run
-    assert rows_touched(plan[0]["Plan"]) < 20 * steps_in_run
+    # Linear: a lookup per payload, or one pass over the table (TimescaleDB's planner
+    # hashes this small one); not each payload against the run (9 million rows here).
+    table_rows = steps_in_run + 4000 * 5
+    assert rows_touched(plan[0]["Plan"]) < 5 * (table_rows + steps_in_run)
 
 
 def rows_touched(node: dict) -> float:

@@ -27,7 +27,6 @@ from keelwave.server.findings import StepView, findings, normalise  # noqa: E402
 from keelwave.server.findings.sketch import (  # noqa: E402
     near_fine_sketch,
     near_sketch,
-    of_fine_key,
     of_key,
 )
 
@@ -37,7 +36,7 @@ def slow_sketch(raw: bytes | None) -> str:
 
 
 def slow_fine_sketch(raw: bytes | None) -> str:
-    return of_fine_key(normalise.near_key.__wrapped__(raw))
+    return of_key(normalise.near_key.__wrapped__(raw), fine=True)
 
 
 fast_sketch = near_sketch.__wrapped__

@@ -102,11 +102,11 @@ def _plain_words(text: str, words: list[str]) -> None:
                   and word.isalpha() and word.isascii()]  # fmt: skip
 
 
-def sketch_text(raw: bytes | memoryview | None) -> str:
+def sketch_text(raw: bytes | memoryview | None, fine: bool = False) -> str:
     """The sorted plain words of the input (module docstring): equal near keys imply
-    equal sketches."""
+    equal sketches. ``fine``: the number words of its texts too (:func:`fine_text`)."""
     if raw is None:
-        return of_key(normalise.near_key(None))
+        return of_key(normalise.near_key(None), fine)
     # The walk gathers the texts whose plain words count, and the numbers' words. The
     # texts are read for words at once, joined by a space: folding is per character and
     # keeps whitespace, so the words are the same, for one call instead of one a text.
@@ -115,9 +115,14 @@ def sketch_text(raw: bytes | memoryview | None) -> str:
     try:
         _walk(_TOP.decode(raw), _FREE, texts, words, 0)
     except (_SlowWay, msgspec.MsgspecError, RecursionError):
-        return of_key(normalise.near_key(bytes(raw)))
+        return of_key(normalise.near_key(bytes(raw)), fine)
     if texts:
-        _plain_words(" ".join(texts), words)
+        joined = " ".join(texts)
+        _plain_words(joined, words)
+        if fine and _DIGIT.search(joined):
+            if _RFC_DATE.search(joined):
+                return of_key(normalise.near_key(bytes(raw)), fine)
+            _number_words(joined, words)
     words.sort()
     return " ".join(words)
 
@@ -138,23 +143,7 @@ def fine_text(raw: bytes | memoryview | None) -> str:
     dash or a colon (ISO date-times, UUIDs), of 10 or more characters (epochs, random
     tokens), or under a time key (left out here, as in the sketch). An input with text
     that holds an HTTP date is sketched the slow way, from its near key."""
-    if raw is None:
-        return of_fine_key(normalise.near_key(None))
-    texts: list[str] = []
-    words: list[str] = []
-    try:
-        _walk(_TOP.decode(raw), _FREE, texts, words, 0)
-    except (_SlowWay, msgspec.MsgspecError, RecursionError):
-        return of_fine_key(normalise.near_key(bytes(raw)))
-    if texts:
-        joined = " ".join(texts)
-        _plain_words(joined, words)
-        if _DIGIT.search(joined):
-            if _RFC_DATE.search(joined):
-                return of_fine_key(normalise.near_key(bytes(raw)))
-            _number_words(joined, words)
-    words.sort()
-    return " ".join(words)
+    return sketch_text(raw, fine=True)
 
 
 near_fine_sketch = remembered(normalise.KEY_CACHE_BYTES)(fine_text)
@@ -265,11 +254,6 @@ def of_key(key: str, fine: bool = False) -> str:
         _key_words(value, _FREE, words, fine)
     words.sort()
     return " ".join(words)
-
-
-def of_fine_key(key: str) -> str:
-    """The fine sketch read from a near key itself."""
-    return of_key(key, fine=True)
 
 
 def _key_words(value: Any, role: str, words: list[str], fine: bool) -> None:

@@ -538,10 +538,17 @@ SELECT trace_id, array_agg(span_id) FROM otlp_spans
 WHERE project_id = %s AND trace_id = ANY(%b)
 GROUP BY trace_id
 """
+# Span ids are looked up one by one in the primary key: as a join, the planner (taking
+# one project's spans for few, on a table not analysed yet) hashed every span of the
+# project for each export (tests/test_span_reads.py). A LATERAL subquery with a LIMIT
+# is not flattened into a join; the key makes the LIMIT true anyway.
 READ_STORED_OF_EXPORT = """
-SELECT s.trace_id, s.span_id
+SELECT k.trace_id, k.span_id
 FROM unnest(%b::bytea[], %b::bytea[]) AS k (trace_id, span_id)
-JOIN otlp_spans s ON s.project_id = %s AND s.trace_id = k.trace_id AND s.span_id = k.span_id
+CROSS JOIN LATERAL (
+    SELECT FROM otlp_spans s
+    WHERE s.project_id = %s AND s.trace_id = k.trace_id AND s.span_id = k.span_id LIMIT 1
+) s
 """
 COUNT_SPANS = """
 SELECT trace_id, count(*) FROM otlp_spans
@@ -549,9 +556,12 @@ WHERE project_id = %s AND trace_id = ANY(%b)
 GROUP BY trace_id
 """
 READ_SPANS = """
-SELECT s.trace_id, s.span_id, s.span
+SELECT k.trace_id, k.span_id, s.span
 FROM unnest(%b::bytea[], %b::bytea[]) AS k (trace_id, span_id)
-JOIN otlp_spans s ON s.project_id = %s AND s.trace_id = k.trace_id AND s.span_id = k.span_id
+CROSS JOIN LATERAL (
+    SELECT s.span FROM otlp_spans s
+    WHERE s.project_id = %s AND s.trace_id = k.trace_id AND s.span_id = k.span_id LIMIT 1
+) s
 """
 INSERT_SPANS = """
 INSERT INTO otlp_spans (project_id, trace_id, span_id, span)

@@ -186,7 +186,7 @@ async def store_export(
     async def runs() -> list[uuid.UUID]:
         traces = sorted({trace for trace, _, _ in spans})
         async with pool.connection() as conn:
-            cursor = await conn.execute(RUNS_OF_TRACES, (project_id, traces))
+            cursor = await conn.execute(RUNS_OF_TRACES, (traces, project_id))
             return [run_id for (run_id,) in await cursor.fetchall()]
 
     async def store() -> int:
@@ -277,7 +277,7 @@ async def _spans_stored(
          project_id),
     )  # fmt: skip
     already = {(bytes(trace), bytes(span)) for trace, span in await cur.fetchall()}
-    await cur.execute(COUNT_SPANS, (project_id, traces))
+    await cur.execute(COUNT_SPANS, (traces, project_id))
     return already, {bytes(trace): count for trace, count in await cur.fetchall()}
 
 
@@ -368,11 +368,7 @@ async def _stored_spans(
 async def _stored_runs(
     cur: psycopg.AsyncCursor, project_id: uuid.UUID, traces: list[bytes]
 ) -> dict[bytes, dict[uuid.UUID, _Stored]]:
-    await cur.execute(
-        "SELECT trace_id, run_id, digest, step_digests, calls FROM otlp_runs "
-        "WHERE project_id = %s AND trace_id = ANY(%b)",
-        (project_id, traces),
-    )
+    await cur.execute(READ_DIGESTS, (traces, project_id))
     found: dict[bytes, dict[uuid.UUID, _Stored]] = {}
     for trace, run, run_digest, steps, calls in await cur.fetchall():
         found.setdefault(bytes(trace), {})[run] = _Stored(
@@ -538,29 +534,35 @@ SELECT trace_id, array_agg(span_id) FROM otlp_spans
 WHERE project_id = %s AND trace_id = ANY(%b)
 GROUP BY trace_id
 """
-# Span ids are looked up one by one in the primary key: as a join, the planner (taking
-# one project's spans for few, on a table not analysed yet) hashed every span of the
-# project for each export (tests/test_span_reads.py). A LATERAL subquery with a LIMIT
-# is not flattened into a join; the key makes the LIMIT true anyway.
+# Rows of the export's traces and runs are looked up one key at a time: as a join (or
+# ``= ANY``), the planner, taking one project's rows for few on a table not analysed
+# yet (autovacuum off, or a project new since the last ANALYZE), read every row of the
+# project for each export, ever more as the project grows (13 ms an export at 130,000
+# spans; tests/test_otlp_lookups.py). ``OFFSET 0`` keeps a LATERAL subquery from being
+# flattened into a join, so it runs once per key, in the index. (Citus routes these
+# whole to the project's shard: one project, given as a parameter.)
 READ_STORED_OF_EXPORT = """
 SELECT k.trace_id, k.span_id
 FROM unnest(%b::bytea[], %b::bytea[]) AS k (trace_id, span_id)
 CROSS JOIN LATERAL (
     SELECT FROM otlp_spans s
-    WHERE s.project_id = %s AND s.trace_id = k.trace_id AND s.span_id = k.span_id LIMIT 1
+    WHERE s.project_id = %s AND s.trace_id = k.trace_id AND s.span_id = k.span_id OFFSET 0
 ) s
 """
 COUNT_SPANS = """
-SELECT trace_id, count(*) FROM otlp_spans
-WHERE project_id = %s AND trace_id = ANY(%b)
-GROUP BY trace_id
+SELECT k.trace_id, c.spans
+FROM unnest(%b::bytea[]) AS k (trace_id)
+CROSS JOIN LATERAL (
+    SELECT count(*) AS spans FROM otlp_spans s WHERE s.project_id = %s AND s.trace_id = k.trace_id
+) c
+WHERE c.spans > 0
 """
 READ_SPANS = """
 SELECT k.trace_id, k.span_id, s.span
 FROM unnest(%b::bytea[], %b::bytea[]) AS k (trace_id, span_id)
 CROSS JOIN LATERAL (
     SELECT s.span FROM otlp_spans s
-    WHERE s.project_id = %s AND s.trace_id = k.trace_id AND s.span_id = k.span_id LIMIT 1
+    WHERE s.project_id = %s AND s.trace_id = k.trace_id AND s.span_id = k.span_id OFFSET 0
 ) s
 """
 INSERT_SPANS = """
@@ -575,7 +577,11 @@ RETURNING trace_id, span_id
 # for the same rows: a run, its counters and its loop flag (aggregates.py's
 # _FROM_RUN counts loop_detected whether or not the run has ended); its finish
 # (reason, duration, histogram bin) and its tool calls once it has ended.
-_RUNS_OF = "(SELECT * FROM agent_runs WHERE project_id = %(project_id)s AND id = ANY(%(ids)b))"
+_RUNS_OF = """(
+    SELECT r.* FROM unnest(%(ids)b::uuid[]) AS k (id) CROSS JOIN LATERAL (
+        SELECT * FROM agent_runs r WHERE r.project_id = %(project_id)s AND r.id = k.id OFFSET 0
+    ) r
+)"""
 _TERMS = ",\n           ".join(
     f"%(sign)s * (r.termination_reason IS NOT DISTINCT FROM '{reason}')::int"
     for reason in statements.TERMINATION_COUNTERS
@@ -611,7 +617,18 @@ INSERT INTO kw_stage_tools (project_id, bucket, tool_name, duration_bin,
 {tool_rollups.stats_of_steps(f"({_STEPS_OF_ENDED_RUNS})")}
 """
 
-RUNS_OF_TRACES = "SELECT run_id FROM otlp_runs WHERE project_id = %s AND trace_id = ANY(%b)"
+RUNS_OF_TRACES = """
+SELECT o.run_id FROM unnest(%b::bytea[]) AS k (trace_id) CROSS JOIN LATERAL (
+    SELECT o.run_id FROM otlp_runs o WHERE o.project_id = %s AND o.trace_id = k.trace_id OFFSET 0
+) o
+"""
+READ_DIGESTS = """
+SELECT k.trace_id, o.run_id, o.digest, o.step_digests, o.calls
+FROM unnest(%b::bytea[]) AS k (trace_id) CROSS JOIN LATERAL (
+    SELECT o.run_id, o.digest, o.step_digests, o.calls FROM otlp_runs o
+    WHERE o.project_id = %s AND o.trace_id = k.trace_id OFFSET 0
+) o
+"""
 DELETE_STEPS = """
 DELETE FROM agent_steps s
 USING unnest(%(runs)b::uuid[], %(keep)b::int[]) AS k (run_id, keep)

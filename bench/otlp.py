@@ -963,6 +963,9 @@ def _statement(self, query, *a, **k) -> str:
         traces.DELETE_STEPS.strip(): "SQL: DELETE changed steps",
         traces.DELETE_CALLS.strip(): "SQL: DELETE changed calls",
         traces.UPSERT_RUNS.strip(): "SQL: upsert runs",
+        traces.READ_DIGESTS.strip(): "SQL: read stored digests",
+        traces.COUNT_SPANS.strip(): "SQL: count the traces' spans",
+        traces.READ_STORED_OF_EXPORT.strip(): "SQL: which spans are stored",
         traces.SAVE_DIGESTS.strip(): "SQL: save digests (otlp_runs)",
         statements.MERGE_ROLLUPS.strip(): "SQL: merge rollups",
     }
@@ -972,8 +975,6 @@ def _statement(self, query, *a, **k) -> str:
         return "SQL: trace locks"
     if text.startswith("SELECT trace_id, span FROM otlp_spans"):
         return "SQL: read the traces' spans"
-    if text.startswith("SELECT trace_id, run_id, digest"):
-        return "SQL: read stored digests"
     if "advisory" in text:
         return "SQL: run locks"
     if "kw_stage" in text and "CREATE" in text.upper():

@@ -28,6 +28,9 @@ from keelwave.server.findings.sketch import (  # noqa: E402
     near_fine_sketch,
     near_sketch,
     of_key,
+    sketch_number,
+    sketch_text,
+    stored_sketch,
 )
 
 
@@ -312,3 +315,18 @@ def test_calls_that_differ_in_a_number_of_their_text_are_not_normalised() -> Non
     ]
     found = findings([*steps, *alike])
     assert [(f.kind, f.step_indices) for f in found] == [("near_duplicate", (5, 61, 62))]
+
+
+@pytest.mark.parametrize(
+    ("raw", "number"),
+    [
+        (b'{"q": "weather in paris"}', -6115962730996342319),
+        (b'{"path": "/srv/a.py", "start_line": 3}', -7051202129513837055),
+        (b"[]", -1970711489451281740),
+    ],
+)
+def test_sketch_numbers_are_the_ones_stored_steps_hold(raw: bytes, number: int) -> None:
+    """agent_steps.input_sketch keeps these numbers: computing them another way must give
+    the same ones (or a migration must reset the stored sketches)."""
+    assert sketch_number(sketch_text(raw)) == number
+    assert stored_sketch("search", raw) == number

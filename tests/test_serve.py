@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import shutil
 import signal
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from pathlib import Path
 
@@ -339,3 +341,30 @@ def test_the_server_runs_on_the_event_loop_its_setting_names(setting: str, loop_
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == [loop_module]
+
+
+def test_ctrl_c_while_the_workers_start_stops_cleanly(fresh_db_url: str, tmp_path: Path) -> None:
+    """Ctrl+C reaches every process of the terminal's process group. Pressed while the
+    workers were still starting, it printed a worker's KeyboardInterrupt traceback and
+    "a server process could not start". The first process stops the others itself."""
+    log = tmp_path / "serve.log"
+    with open(log, "w") as stderr:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "keelwave.cli", "serve", "--port", "0", "--workers", "3",
+             "--database-url", fresh_db_url],
+            stdout=subprocess.PIPE, stderr=stderr, text=True, start_new_session=True,
+        )  # fmt: skip
+        try:
+            # The first process is up (it judges the runs) and is starting the others.
+            deadline = time.monotonic() + 60
+            while "judges the runs" not in log.read_text() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            os.killpg(process.pid, signal.SIGINT)  # what the terminal does on Ctrl+C
+            out, _ = process.communicate(timeout=60)
+        finally:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+    errors = log.read_text()
+    assert "Traceback" not in errors and "could not start" not in errors, errors
+    assert process.returncode == 0, errors
+    assert "Stopped." in out

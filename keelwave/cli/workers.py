@@ -13,12 +13,15 @@ The first says it is listening only once every other one is: the kernel
 spreads connections over the processes listening when they connect, and a
 client's keep-alive connections stay where they landed, so clients starting
 before the others listened would keep one process busy and the rest idle.
-The others stop when told (SIGTERM/SIGINT, forwarded by the first) or when
-the first process disappears, even by ``kill -9``.
+The others stop when the first tells them (SIGTERM, when it is stopped by SIGTERM or
+SIGINT) or when it disappears, even by ``kill -9``. They never take SIGINT themselves:
+Ctrl+C in a terminal signals every process of the group, and the first process
+stops the others in order.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import multiprocessing
 import os
@@ -26,6 +29,7 @@ import queue
 import signal
 import socket
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from keelwave.cli.server_loop import run as run_loop
@@ -67,6 +71,42 @@ def start(
     context = multiprocessing.get_context("spawn")  # no fork of a process holding connections
     listening = context.Queue()
     processes = []
+    with _interrupts_blocked():
+        _start_workers(context, count, settings, conninfo, listening, log_level, processes)
+    try:
+        _wait_listening(processes, listening, timeout)
+    except WorkerFailed:
+        stop(processes, timeout=5)
+        raise
+    return processes
+
+
+@contextlib.contextmanager
+def _interrupts_blocked() -> Iterator[None]:
+    """SIGINT blocked in this thread while it starts the workers, and so in them for
+    good: a blocked signal stays blocked through fork and exec. Ctrl+C in a terminal
+    signals every process of its group; a worker that got it while still importing
+    printed a KeyboardInterrupt traceback and failed the start. The first process
+    stops the workers itself (:func:`stop`), with SIGTERM."""
+    if not hasattr(signal, "pthread_sigmask"):  # (Windows: no process groups to signal)
+        yield
+        return
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+
+
+def _start_workers(
+    context: Any,
+    count: int,
+    settings: Settings,
+    conninfo: str,
+    listening: Any,
+    log_level: str,
+    processes: list[multiprocessing.Process],
+) -> None:
     for number in range(count):
         own = settings
         if settings.metrics_port:  # each process its own metrics port
@@ -82,12 +122,6 @@ def start(
         )
         process.start()
         processes.append(process)
-    try:
-        _wait_listening(processes, listening, timeout)
-    except WorkerFailed:
-        stop(processes, timeout=5)
-        raise
-    return processes
 
 
 def _wait_listening(processes: list, listening: Any, timeout: float) -> None:

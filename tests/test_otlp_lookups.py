@@ -72,6 +72,7 @@ CASES = {
         _HALF,
     ),
     "COUNT_SPANS": (traces.COUNT_SPANS, (_TRACES,), 1, _HALF, 20 * _HALF),
+    "READ_SPAN_IDS": (traces.READ_SPAN_IDS, (_TRACES,), 1, _HALF, 20 * _HALF),
     "READ_DIGESTS": (traces.READ_DIGESTS, (_TRACES,), 1, 3 * _HALF, 3 * _HALF),
     "RUNS_OF_TRACES": (traces.RUNS_OF_TRACES, (_TRACES,), 1, 3 * _HALF, 3 * _HALF),
     "runs of a rewrite": (

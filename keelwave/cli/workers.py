@@ -72,7 +72,22 @@ def start(
     listening = context.Queue()
     processes = []
     with _interrupts_blocked():
-        _start_workers(context, count, settings, conninfo, listening, log_level, processes)
+        for number in range(count):
+            own = settings
+            if settings.metrics_port:  # each process its own metrics port
+                port = settings.metrics_port + number + 1
+                own = settings.model_copy(update={"metrics_port": port})
+            # One verdict keeper per server, never two doing the same work: the first
+            # process's (the caller's), so none of these.
+            own = own.model_copy(update={"server_verdicts": False})
+            process = context.Process(
+                target=_worker,
+                args=(own.model_dump(mode="json"), conninfo, os.getpid(), listening, log_level),
+                name=f"keelwave-worker-{number + 1}",
+                daemon=True,
+            )
+            process.start()
+            processes.append(process)
     try:
         _wait_listening(processes, listening, timeout)
     except WorkerFailed:
@@ -96,32 +111,6 @@ def _interrupts_blocked() -> Iterator[None]:
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, before)
-
-
-def _start_workers(
-    context: Any,
-    count: int,
-    settings: Settings,
-    conninfo: str,
-    listening: Any,
-    log_level: str,
-    processes: list[multiprocessing.Process],
-) -> None:
-    for number in range(count):
-        own = settings
-        if settings.metrics_port:  # each process its own metrics port
-            own = settings.model_copy(update={"metrics_port": settings.metrics_port + number + 1})
-        # One verdict keeper per server, never two doing the same work: the first
-        # process's (the caller's), so none of these.
-        own = own.model_copy(update={"server_verdicts": False})
-        process = context.Process(
-            target=_worker,
-            args=(own.model_dump(mode="json"), conninfo, os.getpid(), listening, log_level),
-            name=f"keelwave-worker-{number + 1}",
-            daemon=True,
-        )
-        process.start()
-        processes.append(process)
 
 
 def _wait_listening(processes: list, listening: Any, timeout: float) -> None:

@@ -255,7 +255,7 @@ async def _stored_span_ids(
     cur: psycopg.AsyncCursor, project_id: uuid.UUID, traces: list[bytes]
 ) -> dict[bytes, list[bytes]]:
     """The ids of every stored span of ``traces`` (an empty list for a new trace)."""
-    await cur.execute(READ_SPAN_IDS, (project_id, traces))
+    await cur.execute(READ_SPAN_IDS, (traces, project_id))
     found: dict[bytes, list[bytes]] = {trace: [] for trace in traces}
     for trace, span_ids in await cur.fetchall():
         found[bytes(trace)] = [bytes(span_id) for span_id in span_ids]
@@ -529,11 +529,6 @@ STAGE_SPANS_DDL = (
     "CREATE TEMP TABLE IF NOT EXISTS kw_stage_spans "
     "(LIKE otlp_spans INCLUDING DEFAULTS) ON COMMIT DELETE ROWS"
 )
-READ_SPAN_IDS = """
-SELECT trace_id, array_agg(span_id) FROM otlp_spans
-WHERE project_id = %s AND trace_id = ANY(%b)
-GROUP BY trace_id
-"""
 # Rows of the export's traces and runs are looked up one key at a time: as a join (or
 # ``= ANY``), the planner, taking one project's rows for few on a table not analysed
 # yet (autovacuum off, or a project new since the last ANALYZE), read every row of the
@@ -548,6 +543,15 @@ CROSS JOIN LATERAL (
     SELECT FROM otlp_spans s
     WHERE s.project_id = %s AND s.trace_id = k.trace_id AND s.span_id = k.span_id OFFSET 0
 ) s
+"""
+READ_SPAN_IDS = """
+SELECT k.trace_id, s.ids
+FROM unnest(%b::bytea[]) AS k (trace_id)
+CROSS JOIN LATERAL (
+    SELECT array_agg(span_id) AS ids FROM otlp_spans s
+    WHERE s.project_id = %s AND s.trace_id = k.trace_id
+) s
+WHERE s.ids IS NOT NULL
 """
 COUNT_SPANS = """
 SELECT k.trace_id, c.spans

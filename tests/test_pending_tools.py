@@ -13,6 +13,7 @@ import psycopg
 import pytest
 from conftest import ON_CITUS, Api, fold_pending_tool_rollups, make_project, query, serving
 from lifecycle_data import NOW, Run, dataset, judged, send
+from otlp_exports import document, split
 from psycopg_pool import AsyncConnectionPool
 
 from keelwave.server.store import pending_tools, retention
@@ -56,10 +57,10 @@ def tool_rollup_rows(db_url: str, project_id: str, with_pending: bool = False) -
     )
 
 
-async def tools(api: Api, project) -> dict:
+async def tools(api: Api, project, since=SINCE, until=UNTIL) -> dict:
     status, body, _ = await api.get(
         f"/v1/projects/{project.id}/agent/tools",
-        params={"since": SINCE.isoformat(), "until": UNTIL.isoformat()},
+        params={"since": since.isoformat(), "until": until.isoformat()},
         headers=project.auth(),
     )
     assert status == 200, body
@@ -79,6 +80,43 @@ async def test_tools_counts_what_is_pending_as_it_counts_it_once_folded(api, db_
     assert pending(db_url, project.id) == 0
     assert tool_rollup_rows(db_url, project.id) != []
     assert await tools(api, project) == before
+
+
+async def test_runs_sent_as_opentelemetry_spans_leave_their_tool_calls_pending_too(
+    api, db_url
+) -> None:
+    """OTLP ingest appends what finished runs add to the tool rollups as the writer does
+    (store/traces.py), late spans that renumber a finished run included (exports split,
+    shuffled, some sent twice): /tools counts them before the fold as after it, and the
+    fold leaves what a recount makes."""
+    project = make_project(db_url)
+    for name in ("openaiagents_loop", "langgraph_nested", "pydanticai_tool_error"):
+        for export in split(document(name), seed=len(name)):
+            async with api.session.post(
+                api.url + "/v1/traces", json=export, headers=project.auth("ingest")
+            ) as response:
+                assert response.status == 200, await response.text()
+    assert pending(db_url, project.id) > 0
+    assert tool_rollup_rows(db_url, project.id) == []  # nothing merged by the exports
+    [(since, until, calls)] = query(
+        db_url,
+        "SELECT min(r.started_at) - interval '1 hour', max(r.started_at) + interval '1 hour', "
+        "count(s.tool_name) FROM agent_runs r LEFT JOIN agent_steps s "
+        "ON s.project_id = r.project_id AND s.run_id = r.id "
+        "WHERE r.project_id = %s AND r.ended_at IS NOT NULL",
+        (project.id,),
+    )
+    before = await tools(api, project, since, until)
+    assert sum(tool["calls"] for tool in before.values()) == calls > 0
+    counted = tool_rollup_rows(db_url, project.id, with_pending=True)
+
+    fold_pending_tool_rollups(db_url)
+    assert pending(db_url, project.id) == 0
+    assert tool_rollup_rows(db_url, project.id) == counted
+    assert await tools(api, project, since, until) == before
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        recount(conn, project.id)
+    assert tool_rollup_rows(db_url, project.id) == counted
 
 
 async def test_folding_twice_at_once_counts_every_row_once(api, db_url) -> None:

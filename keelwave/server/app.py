@@ -179,8 +179,8 @@ async def _database(app: web.Application) -> AsyncIterator[None]:
     keystore.start()
     reaper = Reaper(pool, settings.timeout_after_seconds, settings.stall_after_seconds)
     reaper.start()
-    # The writer leaves finished runs' tool calls pending, except on Citus (its lane
-    # merges them at once): every process folds them in.
+    # The writer and OTLP ingest leave finished runs' tool calls pending, except on
+    # Citus (its lane merges them at once): every process folds them in.
     app[appkeys.PENDING_TOOL_ROLLUPS] = not distributed
     folder = Folder(pool) if not distributed else None
     if folder is not None:
@@ -204,6 +204,7 @@ async def _database(app: web.Application) -> AsyncIterator[None]:
         app[appkeys.REFUSALS],
         settings.retry_after_seconds,
         stored=verdicts.wake,
+        pending_tools=app[appkeys.PENDING_TOOL_ROLLUPS],
     )
     # Every process sends what is in the alert outbox (leases keep sends apart).
     deliverer = Deliverer(pool, allow_private=settings.alerts_allow_private_destinations)

@@ -26,8 +26,10 @@ Lock order (statements.py's rule 3): pending rows come before agent_tool_rollups
 The writer only inserts pending rows, which waits for nobody; the fold and an
 erasure lock the pending rows they take, then the rollup rows. Two folds at
 once (two servers) take disjoint rows: a row one of them deleted is skipped by
-the other. Finishes that do not go through the writer (the reaper, OTLP, the
-pooled path on Citus) merge their tool calls at once, as before: both are exact.
+the other. OTLP ingest appends its finished runs' tool calls the same way
+(store/traces.py, where a fold runs). Finishes that do not go through either (the
+reaper, the pooled path on Citus) merge their tool calls at once, as before: both
+are exact.
 """
 
 from __future__ import annotations

@@ -42,7 +42,7 @@ import psycopg
 from psycopg.adapt import PyFormat
 from psycopg_pool import AsyncConnectionPool
 
-from keelwave.server.store import statements, tool_rollups
+from keelwave.server.store import pending_tools, statements, tool_rollups
 from keelwave.server.store.citus import keys as citus_keys
 from keelwave.server.store.citus import partitions as citus_partitions
 from keelwave.server.store.histogram import bin_sql
@@ -176,12 +176,19 @@ async def store_export(
     project_id: uuid.UUID,
     spans: Sequence[tuple[bytes, bytes, bytes]],
     project: Projection,
+    pending_tools: bool = False,
 ) -> int:
     """Store an export's spans, (trace id, span id, span as stored), and re-project the
     traces that got new ones, in one transaction; return how many spans were new.
 
+    ``pending_tools``: leave the finished runs' tool calls pending, as the ingest writer
+    does, for the server's fold to add to the tool rollups (pending_tools.py); only
+    where a fold runs (not on Citus). Otherwise they are merged at once.
+
     On Citus, a late span of a run whose rows are in a columnar day (which takes no
     DELETE) brings those days back to heap and the export goes again."""
+
+    merge = MERGE_LEAVING_TOOLS_PENDING if pending_tools else statements.MERGE_ROLLUPS
 
     async def runs() -> list[uuid.UUID]:
         traces = sorted({trace for trace, _, _ in spans})
@@ -192,12 +199,12 @@ async def store_export(
     async def store() -> int:
         try:
             try:
-                return await _store_export(pool, project_id, spans, project, staged=False)
+                return await _store_export(pool, project_id, spans, project, False, merge)
             except (psycopg.errors.UniqueViolation, psycopg.errors.InternalError) as error:
                 if not _span_stored_already(error):
                     raise
                 # another node added some of these spans
-                return await _store_export(pool, project_id, spans, project, staged=True)
+                return await _store_export(pool, project_id, spans, project, True, merge)
         except BaseException:
             project.rolled_back()
             raise
@@ -211,6 +218,7 @@ async def _store_export(
     spans: Sequence[tuple[bytes, bytes, bytes]],
     project: Projection,
     staged: bool,
+    merge: str,
 ) -> int:
     traces = sorted({bytes(trace) for trace, _, _ in spans})
     async with pool.connection() as conn, statements.transaction(conn), conn.cursor() as cur:
@@ -247,7 +255,7 @@ async def _store_export(
             runs = project.project(trace, stored[trace])
             _compare(plan, trace, runs, previous.get(trace, {}))
         if plan.retract:
-            await _apply(cur, project_id, plan)
+            await _apply(cur, project_id, plan, merge)
         return new_spans
 
 
@@ -434,8 +442,10 @@ def _common_prefix(before: bytes, after: bytes, size: int) -> int:
     return count
 
 
-async def _apply(cur: psycopg.AsyncCursor, project_id: uuid.UUID, plan: _Plan) -> None:
-    """Rewrite the runs of ``plan``, keeping counters and rollups exact (rules 1-3)."""
+async def _apply(cur: psycopg.AsyncCursor, project_id: uuid.UUID, plan: _Plan, merge: str) -> None:
+    """Rewrite the runs of ``plan``, keeping counters and rollups exact (rules 1-3);
+    ``merge``: what moves the staged rollup rows on (statements.MERGE_ROLLUPS, or
+    MERGE_LEAVING_TOOLS_PENDING)."""
     await statements.lock_runs(cur, {run_id.int for run_id in plan.retract})
     ids = {"project_id": project_id, "ids": plan.retract}
     await cur.execute(STAGE_SHARES, {**ids, "sign": -1})
@@ -466,7 +476,7 @@ async def _apply(cur: psycopg.AsyncCursor, project_id: uuid.UUID, plan: _Plan) -
     await cur.execute(STAGE_SHARES, {**ids, "sign": 1})
     if plan.rows:
         await cur.execute(SAVE_DIGESTS, _digest_columns(project_id, plan))
-    await cur.execute(statements.MERGE_ROLLUPS)
+    await cur.execute(merge)
 
 
 async def _copy(
@@ -620,6 +630,19 @@ INSERT INTO kw_stage_tools (project_id, bucket, tool_name, duration_bin,
                             {", ".join(tool_rollups.COUNTERS)})
 {tool_rollups.stats_of_steps(f"({_STEPS_OF_ENDED_RUNS})")}
 """
+
+# statements.MERGE_ROLLUPS, but the tool rows are appended to the pending ones, as the
+# ingest writer appends them: an export finishes a few dozen runs, whose tool calls
+# touched about 125 hourly and 125 daily tool rollup rows at once (bench/otlp.py); the
+# fold upserts a key many exports share once a second.
+MERGE_LEAVING_TOOLS_PENDING = ";\n".join(
+    (
+        statements.MERGE_RUN_ROLLUPS,
+        statements.MERGE_DURATION_ROLLUPS,
+        pending_tools.APPEND,
+        *(f"DELETE FROM {name}" for name, _, _ in statements.ROLLUP_STAGES),
+    )
+)
 
 RUNS_OF_TRACES = """
 SELECT o.run_id FROM unnest(%b::bytea[]) AS k (trace_id) CROSS JOIN LATERAL (

@@ -139,9 +139,12 @@ class TraceIngest:
         reporter: refusals.Reporter,
         retry_after: int,
         stored: Callable[[], None] = lambda: None,
+        pending_tools: bool = False,
     ) -> None:
         self._pool = pool
         self._stored = stored  # told after each commit (the verdict keeper)
+        # Finished runs' tool calls left for the server's fold (store/pending_tools.py)
+        self._pending_tools = pending_tools
         self._prices = prices
         self._reporter = reporter
         self._retry_after = retry_after
@@ -231,7 +234,11 @@ class TraceIngest:
                         roles[key] = queued.accepted.roles[key]
         where = group[0].where
         write = traces.store_export(
-            self._pool, project_id, spans, projection(project_id, self._prices, fresh, roles)
+            self._pool,
+            project_id,
+            spans,
+            projection(project_id, self._prices, fresh, roles),
+            self._pending_tools,
         )
         try:
             await write

@@ -36,10 +36,12 @@ def connections_in_two_shards(db_url: str) -> tuple[psycopg.Connection, psycopg.
 def stage_and_merge(conn: psycopg.Connection, staged: str, values: tuple, merge: str) -> None:
     """Stage a row of rollup changes (``staged``: the INSERT into a staging table) and
     merge it, as every writer does; the transaction stays open."""
-    for ddl in statements.staging_ddl(statements.ROLLUP_STAGES, emptied_at_commit=True):
+    for ddl in statements.staging_ddl(statements.ROLLUP_STAGES):
         conn.execute(ddl)
     conn.execute(staged, values)
     conn.execute(merge)
+    for name, _, _ in statements.ROLLUP_STAGES:  # (emptied, as every writer leaves them)
+        conn.execute(f"DELETE FROM {name}")
 
 
 def add_one_run(conn: psycopg.Connection, project_id: str, agent: str) -> None:

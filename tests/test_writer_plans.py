@@ -69,7 +69,7 @@ async def test_every_prepared_statement_probes_the_big_tables_by_index(populated
         for statement in (
             *(f"SET {setting}" for setting in lane.PLANNER_SETTINGS),
             *pgscript.SESSION,
-            *statements.staging_ddl(lane.WRITER_STAGES, emptied_at_commit=False),
+            *statements.staging_ddl(lane.WRITER_STAGES),
             statements.FINISH_STAGING_DDL,
             statements.GUARD_DDL,
         ):

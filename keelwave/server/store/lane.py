@@ -268,7 +268,7 @@ class Lane:
                 await conn.execute(f"SET {setting}")
             for setting in pgscript.SESSION:  # what writing rows as SQL text relies on
                 await conn.execute(setting)
-            for statement in statements.staging_ddl(WRITER_STAGES, emptied_at_commit=False):
+            for statement in statements.staging_ddl(WRITER_STAGES):
                 await conn.execute(statement)
             await conn.execute(statements.FINISH_STAGING_DDL)
             await conn.execute(statements.GUARD_DDL)
@@ -306,7 +306,7 @@ _TRANSACTION_SETUP = (
     "SET LOCAL client_min_messages = warning",
     *(f"SET LOCAL {setting}" for setting in PLANNER_SETTINGS),
     "SET LOCAL standard_conforming_strings = on",
-    *statements.staging_ddl(WRITER_STAGES, emptied_at_commit=False),
+    *statements.staging_ddl(WRITER_STAGES),
     statements.FINISH_STAGING_DDL,
     statements.GUARD_DDL,
 )

@@ -72,14 +72,12 @@ READ = f"""
     WHERE project_id = %(project)s AND bucket >= %(hours_from)s AND bucket < %(hours_to)s"""
 
 
-# (one round trip: the rollups' rows it locks are not held while this process is busy)
-_FOLD_TRANSACTION = statements.one_round_trip(FOLD)
-
-
 async def fold(pool: AsyncConnectionPool) -> None:
     """Move every pending row into the tool rollups, in one transaction."""
     async with pool.connection() as conn:
-        await conn.execute(_FOLD_TRANSACTION)
+        # (one round trip: the rollups' rows it locks are not held while this process
+        # is busy)
+        await conn.execute(statements.one_round_trip(FOLD))
 
 
 class Folder(Periodic):

@@ -533,11 +533,13 @@ def _digest_columns(project_id: uuid.UUID, plan: _Plan) -> dict[str, Any]:
 
 
 _BINARY = PyFormat.BINARY
-# Made where the transaction runs (behind a transaction pooler, any session); emptied
-# at its commit. Its notice is silenced by statements.transaction.
+# Made where the transaction runs (behind a transaction pooler, any session), and
+# emptied of what the session staged last time (its notice is silenced by
+# statements.transaction). Not ON COMMIT DELETE ROWS, which would truncate it at every
+# later commit of the session that used a temporary table (statements.rollup_staging).
 STAGE_SPANS_DDL = (
-    "CREATE TEMP TABLE IF NOT EXISTS kw_stage_spans "
-    "(LIKE otlp_spans INCLUDING DEFAULTS) ON COMMIT DELETE ROWS"
+    "CREATE TEMP TABLE IF NOT EXISTS kw_stage_spans (LIKE otlp_spans INCLUDING DEFAULTS);\n"
+    "TRUNCATE kw_stage_spans"
 )
 # Rows of the export's traces and runs are looked up one key at a time: as a join (or
 # ``= ANY``), the planner, taking one project's rows for few on a table not analysed

@@ -176,19 +176,19 @@ async def store_export(
     project_id: uuid.UUID,
     spans: Sequence[tuple[bytes, bytes, bytes]],
     project: Projection,
-    pending_tools: bool = False,
+    leave_tools_pending: bool = False,
 ) -> int:
     """Store an export's spans, (trace id, span id, span as stored), and re-project the
     traces that got new ones, in one transaction; return how many spans were new.
 
-    ``pending_tools``: leave the finished runs' tool calls pending, as the ingest writer
+    ``leave_tools_pending``: leave the finished runs' tool calls pending, as the ingest writer
     does, for the server's fold to add to the tool rollups (pending_tools.py); only
     where a fold runs (not on Citus). Otherwise they are merged at once.
 
     On Citus, a late span of a run whose rows are in a columnar day (which takes no
     DELETE) brings those days back to heap and the export goes again."""
 
-    merge = MERGE_LEAVING_TOOLS_PENDING if pending_tools else statements.MERGE_ROLLUPS
+    merge = MERGE_LEAVING_TOOLS_PENDING if leave_tools_pending else statements.MERGE_ROLLUPS
 
     async def runs() -> list[uuid.UUID]:
         traces = sorted({trace for trace, _, _ in spans})

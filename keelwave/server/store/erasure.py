@@ -157,7 +157,7 @@ MERGE_ROLLUPS = ";\n".join(
             sharded=True,
         ),
         *(daily_rollups.drop_emptied(table) for table in daily_rollups.HISTOGRAMS),
-        *(f"DELETE FROM {name}" for name, _, _ in statements.ROLLUP_STAGES),
+        *statements.EMPTY_ROLLUP_STAGES,
     )
 )
 

@@ -62,6 +62,18 @@ INSERT INTO kw_stage_tools ({_KEYS}, {_COUNTERS})
 SELECT {_KEYS}, {_SUMS} FROM taken GROUP BY 1, 2, 3, 4
 """
 FOLD = ";\n".join((TAKE, statements.MERGE_TOOL_ROLLUPS, "DELETE FROM kw_stage_tools"))
+# statements.MERGE_ROLLUPS, but what finished runs add to the tool rollups is appended
+# to the pending rows: how an OTLP export ends (store/traces.py). An export finishes a
+# few dozen runs, whose tool calls touched about 125 hourly and 125 daily tool rollup
+# rows at once (bench/otlp.py); the fold upserts a key many exports share once a second.
+MERGE_ROLLUPS = ";\n".join(
+    (
+        statements.MERGE_RUN_ROLLUPS,
+        statements.MERGE_DURATION_ROLLUPS,
+        APPEND,
+        *statements.EMPTY_ROLLUP_STAGES,
+    )
+)
 # A recount counts every run from its rows: the project's pending rows are in them.
 FORGET_PROJECT = f"DELETE FROM {PENDING} WHERE project_id = %(project)s"
 # Retention: the pending rows of the hours it deletes.

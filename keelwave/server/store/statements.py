@@ -156,6 +156,9 @@ ROLLUP_STAGES = (
     ("kw_stage_durations", "agent_duration_rollups", False),
     ("kw_stage_tools", "agent_tool_rollups", False),
 )
+# Each rollup staging table emptied: how every transaction that staged rows ends
+# (behind a transaction pooler the next one on the session may be the writer's).
+EMPTY_ROLLUP_STAGES = tuple(f"DELETE FROM {name}" for name, _, _ in ROLLUP_STAGES)
 
 
 def staging_ddl(stages: tuple) -> list[str]:
@@ -475,7 +478,7 @@ MERGE_ROLLUPS = ";\n".join(
         MERGE_RUN_ROLLUPS,
         MERGE_DURATION_ROLLUPS,
         MERGE_TOOL_ROLLUPS,
-        *(f"DELETE FROM {name}" for name, _, _ in ROLLUP_STAGES),
+        *EMPTY_ROLLUP_STAGES,
     )
 )
 
@@ -625,9 +628,7 @@ SELECT project_id, id FROM new
 _ROLLUP_STAGING = ";\n".join(
     ("SET LOCAL client_min_messages = warning", *staging_ddl(ROLLUP_STAGES))
 )
-_ROLLUP_STAGING_EMPTIED = ";\n".join(
-    (_ROLLUP_STAGING, *(f"DELETE FROM {name}" for name, _, _ in ROLLUP_STAGES))
-)
+_ROLLUP_STAGING_EMPTIED = ";\n".join((_ROLLUP_STAGING, *EMPTY_ROLLUP_STAGES))
 _ROLLUP_STAGING_TRUNCATED = (
     f"{_ROLLUP_STAGING};\nTRUNCATE {', '.join(name for name, _, _ in ROLLUP_STAGES)}"
 )

@@ -188,7 +188,7 @@ async def store_export(
     On Citus, a late span of a run whose rows are in a columnar day (which takes no
     DELETE) brings those days back to heap and the export goes again."""
 
-    merge = MERGE_LEAVING_TOOLS_PENDING if leave_tools_pending else statements.MERGE_ROLLUPS
+    merge = pending_tools.MERGE_ROLLUPS if leave_tools_pending else statements.MERGE_ROLLUPS
 
     async def runs() -> list[uuid.UUID]:
         traces = sorted({trace for trace, _, _ in spans})
@@ -445,7 +445,7 @@ def _common_prefix(before: bytes, after: bytes, size: int) -> int:
 async def _apply(cur: psycopg.AsyncCursor, project_id: uuid.UUID, plan: _Plan, merge: str) -> None:
     """Rewrite the runs of ``plan``, keeping counters and rollups exact (rules 1-3);
     ``merge``: what moves the staged rollup rows on (statements.MERGE_ROLLUPS, or
-    MERGE_LEAVING_TOOLS_PENDING)."""
+    pending_tools.MERGE_ROLLUPS)."""
     await statements.lock_runs(cur, {run_id.int for run_id in plan.retract})
     ids = {"project_id": project_id, "ids": plan.retract}
     await cur.execute(STAGE_SHARES, {**ids, "sign": -1})
@@ -632,19 +632,6 @@ INSERT INTO kw_stage_tools (project_id, bucket, tool_name, duration_bin,
                             {", ".join(tool_rollups.COUNTERS)})
 {tool_rollups.stats_of_steps(f"({_STEPS_OF_ENDED_RUNS})")}
 """
-
-# statements.MERGE_ROLLUPS, but the tool rows are appended to the pending ones, as the
-# ingest writer appends them: an export finishes a few dozen runs, whose tool calls
-# touched about 125 hourly and 125 daily tool rollup rows at once (bench/otlp.py); the
-# fold upserts a key many exports share once a second.
-MERGE_LEAVING_TOOLS_PENDING = ";\n".join(
-    (
-        statements.MERGE_RUN_ROLLUPS,
-        statements.MERGE_DURATION_ROLLUPS,
-        pending_tools.APPEND,
-        *(f"DELETE FROM {name}" for name, _, _ in statements.ROLLUP_STAGES),
-    )
-)
 
 RUNS_OF_TRACES = """
 SELECT o.run_id FROM unnest(%b::bytea[]) AS k (trace_id) CROSS JOIN LATERAL (

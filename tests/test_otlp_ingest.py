@@ -291,6 +291,7 @@ async def test_a_long_run_sent_a_few_spans_at_a_time_stores_what_one_export_does
     assert loop_step == 110
 
 
+@trigger_probe
 async def test_spans_of_an_export_the_database_refused_are_forgotten(
     api, project, db_url: str
 ) -> None:

@@ -202,6 +202,54 @@ async def test_secrets_in_otlp_spans_are_not_stored(api: Api, project: Project, 
     assert [group["step_indices"] for group in loops["data"]] == [[1, 2]]
 
 
+async def test_secrets_in_a_failed_spans_status_and_exception_events_are_not_stored(
+    api: Api, project: Project, db_url
+) -> None:
+    """A failed tool span and a failed chain span: their status messages and exception
+    events are kept (the step's and run's error) with the secrets in them replaced."""
+    trace, agent, chain = uuid.uuid4().hex, "b" * 16, "c" * 16
+
+    def attr(key: str, value: str) -> dict:
+        return {"key": key, "value": {"stringValue": value}}
+
+    def failed(span_id: str, parent: str, name: str, role: list, secret: str) -> dict:
+        exception = [attr("exception.type", "PermissionError"),
+                     attr("exception.message", f"token {secret}"),
+                     attr("exception.stacktrace", f"at call({secret})")]  # fmt: skip
+        return {"traceId": trace, "spanId": span_id, "parentSpanId": parent, "name": name,
+                "kind": 1, "startTimeUnixNano": "1764590000000001000",
+                "endTimeUnixNano": "1764590000000002000", "attributes": role,
+                "status": {"code": 2, "message": f"denied for {secret}"},
+                "events": [{"name": "exception", "timeUnixNano": "1764590000000001500",
+                            "attributes": exception}]}  # fmt: skip
+
+    spans = [
+        {"traceId": trace, "spanId": agent, "name": "invoke_agent a", "kind": 1,
+         "startTimeUnixNano": "1764590000000000000", "endTimeUnixNano": "1764590001000000000",
+         "attributes": [attr("gen_ai.operation.name", "invoke_agent"),
+                        attr("gen_ai.agent.name", "otel-agent")]},
+        failed(chain, agent, "chain step", [attr("openinference.span.kind", "CHAIN")], SECRETS[0]),
+        failed(f"{7:016x}", chain, "execute_tool fetch",
+               [attr("gen_ai.operation.name", "execute_tool"), attr("gen_ai.tool.name", "fetch"),
+                attr("gen_ai.tool.call.arguments", '{"url": "https://x.dev"}')], SECRETS[3]),
+    ]  # fmt: skip
+    export = {"resourceSpans": [{"resource": {"attributes": []},
+                                 "scopeSpans": [{"scope": {}, "spans": spans}]}]}  # fmt: skip
+    async with api.session.post(
+        api.url + "/v1/traces",
+        data=json.dumps(export),
+        headers={**project.auth(), "Content-Type": "application/json"},
+    ) as response:
+        assert response.status == 200
+    text = stored_text(db_url, project.id)
+    for secret in (SECRETS[0], SECRETS[3]):
+        assert secret not in text, secret
+    [(error,)] = query(
+        db_url, "SELECT error FROM agent_steps WHERE project_id = %s", (uuid.UUID(project.id),)
+    )
+    assert error and "REDACTED" in error  # the failure is kept, the secret is not
+
+
 CUSTOMER = "CUST-482913"  # what a project's own pattern hides
 
 

@@ -96,6 +96,8 @@ def from_protobuf(body: bytes) -> list[Span]:
         for scope_spans in resource_spans.scope_spans:
             scope = scope_spans.scope.name
             for span in scope_spans.spans:
+                # (each field read once: every read of a message field makes an object)
+                status, events = span.status, span.events
                 spans.append(
                     Span(
                         trace_id=span.trace_id,
@@ -105,13 +107,15 @@ def from_protobuf(body: bytes) -> list[Span]:
                         kind=span.kind,
                         start_ns=span.start_time_unix_nano,
                         end_ns=span.end_time_unix_nano,
-                        status_code=span.status.code,
-                        status_message=span.status.message,
+                        status_code=status.code,
+                        status_message=status.message,
                         attributes=_pb_attributes(span.attributes),
                         events=[
                             Event(e.name, e.time_unix_nano, _pb_attributes(e.attributes))
-                            for e in span.events
-                        ],
+                            for e in events
+                        ]
+                        if events
+                        else [],
                         resource=resource,
                         scope=scope,
                     )

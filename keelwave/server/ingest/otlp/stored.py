@@ -52,17 +52,25 @@ def kept(
     decoded one (every span of a resource shares it): redacted once, not once a span.
     Only for the spans of one export, while they live. ``role``: ``c.role(span)``,
     if the caller knows it already."""
-    events = span.events
-    attributes = span.attributes
-    if span.parent_span_id is not None and (role or c.role(span)) == c.OTHER:
-        events = [event for event in events if event.name == "exception"]
-        # (but who handed off to whom: mapping's handoffs, the OpenAI Agents SDK's v2)
-        attributes = {k: v for k, v in attributes.items() if k.startswith(_KEPT_OF_OTHERS)}
+    if span.parent_span_id is not None and role is None:
+        role = c.role(span)
     resource = None if resources is None else resources.get(id(span.resource))
     if resource is None:
         resource = rules.attributes(span.resource)
         if resources is not None:
             resources[id(span.resource)] = resource
+    if not span.events and not span.status_message and role != c.OTHER:
+        # (most tool and model spans: only their attributes and resource to redact)
+        attributes = rules.attributes(span.attributes)
+        if attributes is span.attributes and resource is span.resource:
+            return span
+        return dataclasses.replace(span, attributes=attributes, events=[], resource=resource)
+    events = span.events
+    attributes = span.attributes
+    if span.parent_span_id is not None and role == c.OTHER:
+        events = [event for event in events if event.name == "exception"]
+        # (but who handed off to whom: mapping's handoffs, the OpenAI Agents SDK's v2)
+        attributes = {k: v for k, v in attributes.items() if k.startswith(_KEPT_OF_OTHERS)}
     redacted_events = [_event(event, rules) for event in events]
     changed = events is not span.events or any(
         new is not old for new, old in zip(redacted_events, events, strict=True)

@@ -157,12 +157,27 @@ async def test_one_secret_among_many_clean_steps_is_redacted_and_the_rest_kept_a
             assert output == json.dumps(sent[index - 1]["tool_output"]), index
 
 
+def attr(key: str, value: str) -> dict:
+    """An OTLP/JSON string attribute."""
+    return {"key": key, "value": {"stringValue": value}}
+
+
+async def send_spans(
+    api: Api, project: Project, spans: list[dict], resource: list[dict] = (), role: str = "all"
+) -> None:
+    """POST the spans as one OTLP/JSON export; it must be accepted."""
+    export = {"resourceSpans": [{"resource": {"attributes": list(resource)},
+                                 "scopeSpans": [{"scope": {}, "spans": spans}]}]}  # fmt: skip
+    async with api.session.post(
+        api.url + "/v1/traces",
+        data=json.dumps(export),
+        headers={**project.auth(role), "Content-Type": "application/json"},
+    ) as response:
+        assert response.status == 200
+
+
 async def test_secrets_in_otlp_spans_are_not_stored(api: Api, project: Project, db_url) -> None:
     trace, agent = uuid.uuid4().hex, "a" * 16
-
-    def attr(key: str, value: str) -> dict:
-        return {"key": key, "value": {"stringValue": value}}
-
     spans = [
         {"traceId": trace, "spanId": agent, "name": "invoke_agent a", "kind": 1,
          "startTimeUnixNano": "1764590000000000000", "endTimeUnixNano": "1764590001000000000",
@@ -182,14 +197,7 @@ async def test_secrets_in_otlp_spans_are_not_stored(api: Api, project: Project, 
                         attr("tool.config", json.dumps({"db": {"password": "correct-horse"}}))]}
         for n in (1, 2)
     ]  # fmt: skip
-    export = {"resourceSpans": [{"resource": {"attributes": [attr("deploy.token", SECRETS[1])]},
-                                 "scopeSpans": [{"scope": {}, "spans": spans}]}]}  # fmt: skip
-    async with api.session.post(
-        api.url + "/v1/traces",
-        data=json.dumps(export),
-        headers={**project.auth(), "Content-Type": "application/json"},
-    ) as response:
-        assert response.status == 200
+    await send_spans(api, project, spans, [attr("deploy.token", SECRETS[1])])
     text = stored_text(db_url, project.id)
     for secret in (*SECRETS, "correct-horse"):
         assert secret not in text, secret
@@ -208,9 +216,6 @@ async def test_secrets_in_a_failed_spans_status_and_exception_events_are_not_sto
     """A failed tool span and a failed chain span: their status messages and exception
     events are kept (the step's and run's error) with the secrets in them replaced."""
     trace, agent, chain = uuid.uuid4().hex, "b" * 16, "c" * 16
-
-    def attr(key: str, value: str) -> dict:
-        return {"key": key, "value": {"stringValue": value}}
 
     def failed(span_id: str, parent: str, name: str, role: list, secret: str) -> dict:
         exception = [attr("exception.type", "PermissionError"),
@@ -233,14 +238,7 @@ async def test_secrets_in_a_failed_spans_status_and_exception_events_are_not_sto
                [attr("gen_ai.operation.name", "execute_tool"), attr("gen_ai.tool.name", "fetch"),
                 attr("gen_ai.tool.call.arguments", '{"url": "https://x.dev"}')], SECRETS[3]),
     ]  # fmt: skip
-    export = {"resourceSpans": [{"resource": {"attributes": []},
-                                 "scopeSpans": [{"scope": {}, "spans": spans}]}]}  # fmt: skip
-    async with api.session.post(
-        api.url + "/v1/traces",
-        data=json.dumps(export),
-        headers={**project.auth(), "Content-Type": "application/json"},
-    ) as response:
-        assert response.status == 200
+    await send_spans(api, project, spans)
     text = stored_text(db_url, project.id)
     for secret in (SECRETS[0], SECRETS[3]):
         assert secret not in text, secret
@@ -302,20 +300,11 @@ async def test_a_projects_own_patterns_apply_to_native_and_otlp_ingest_and_loops
     span = {
         "traceId": trace, "spanId": "b" * 16, "name": "execute_tool lookup", "kind": 1,
         "startTimeUnixNano": "1764590000000000000", "endTimeUnixNano": "1764590001000000000",
-        "attributes": [
-            {"key": "gen_ai.operation.name", "value": {"stringValue": "execute_tool"}},
-            {"key": "gen_ai.tool.name", "value": {"stringValue": "lookup"}},
-            {"key": "gen_ai.tool.call.arguments",
-             "value": {"stringValue": json.dumps({"customer": CUSTOMER})}},
-        ],
+        "attributes": [attr("gen_ai.operation.name", "execute_tool"),
+                       attr("gen_ai.tool.name", "lookup"),
+                       attr("gen_ai.tool.call.arguments", json.dumps({"customer": CUSTOMER}))],
     }  # fmt: skip
-    export = {"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]}
-    async with api.session.post(
-        api.url + "/v1/traces",
-        data=json.dumps(export),
-        headers={**project.auth("ingest"), "Content-Type": "application/json"},
-    ) as response:
-        assert response.status == 200
+    await send_spans(api, project, [span], role="ingest")
 
     mine = stored_text(db_url, project.id)
     assert CUSTOMER not in mine and "CUST-000001" not in mine and "ORDER #" not in mine

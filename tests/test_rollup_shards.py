@@ -40,8 +40,8 @@ def stage_and_merge(conn: psycopg.Connection, staged: str, values: tuple, merge:
         conn.execute(ddl)
     conn.execute(staged, values)
     conn.execute(merge)
-    for name, _, _ in statements.ROLLUP_STAGES:  # (emptied, as every writer leaves them)
-        conn.execute(f"DELETE FROM {name}")
+    for empty in statements.EMPTY_ROLLUP_STAGES:  # (emptied, as every writer leaves them)
+        conn.execute(empty)
 
 
 def add_one_run(conn: psycopg.Connection, project_id: str, agent: str) -> None:

@@ -435,3 +435,39 @@ async def test_offsets_postgresql_cannot_store_are_converted_to_utc(
                               headers=project.auth("read"))  # fmt: skip
     assert run["data"]["ended_at"] == "2026-12-01T04:40:00Z"  # RFC 3339, in UTC
     assert run["data"]["duration_ms"] == 20 * 3600_000 + 40 * 60_000
+
+
+async def test_metadata_holding_a_nul_character_leaves_the_run_readable(
+    api: Api, project: Project
+) -> None:
+    # JSON may carry "\u0000" and a json column keeps it; what reads a key of it must
+    # not fail on it (PostgreSQL cannot hold NUL in text), nor may every page listing
+    # the run.
+    _, body, _ = await api.post(
+        "/v1/ingest/agent/runs",
+        json={"agent_name": "nul", "metadata": {"note": "a\u0000b", "k\u0000": 1}},
+        headers=project.auth(),
+    )
+    run_id = body["data"]["id"]
+    base = f"/v1/projects/{project.name}/agent/runs"
+    for path in (base, f"{base}/{run_id}", f"{base}?metadata=note=x", f"{base}/{run_id}/timeline"):
+        status, answer, _ = await api.get(path, headers=project.auth())
+        assert status == 200, (path, answer)
+    _, listed, _ = await api.get(base, headers=project.auth())
+    assert [run["id"] for run in listed["data"]] == [run_id]
+    assert listed["data"][0]["from_spans"] is False
+
+
+async def test_a_body_that_is_not_the_gzip_it_says_is_a_400(api: Api, project: Project) -> None:
+    status, answer, _ = await api.post(
+        "/v1/ingest/agent/runs",
+        data=b'{"agent_name": "plain"}',
+        headers={
+            **project.auth(),
+            "Content-Type": "application/json",
+            "Content-Encoding": "gzip",
+        },
+    )
+    assert status == 400, answer
+    assert answer["error"]["code"] == "malformed_body"
+    assert "gzip" in answer["error"]["message"]

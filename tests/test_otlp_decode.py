@@ -18,6 +18,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import Status, StatusCode
 
 from keelwave.server.ingest.otlp import decode
+from keelwave.server.ingest.otlp.export import check
 
 
 def export() -> bytes:
@@ -113,11 +114,31 @@ def test_snake_case_json_and_numbers_for_integers() -> None:
 @pytest.mark.parametrize(
     "body",
     [b"not json", b"[1, 2]", b'{"resourceSpans": 5}',
-     b'{"resourceSpans": [{"scopeSpans": [{"spans": [{"traceId": "xyz"}]}]}]}'],
+     b'{"resourceSpans": [{"scopeSpans": 7}]}'],
 )  # fmt: skip
 def test_what_is_not_an_export_is_a_decode_error(body: bytes) -> None:
     with pytest.raises(decode.DecodeError):
         decode.from_json(body)
+
+
+def test_a_json_span_that_cannot_be_read_is_refused_alone() -> None:
+    good = {"traceId": "5b8efff798038103d269b633813fc60c", "spanId": "eee19b7ec3c1b174",
+            "name": "tool", "startTimeUnixNano": "1700000000000000000"}  # fmt: skip
+    odd = [{**good, "traceId": "xyz"}, {**good, "spanId": "abcd"}, 5,
+           {**good, "attributes": [{"key": "b", "value": {"intValue": 1.5}}]},
+           {**good, "attributes": [{"key": "b", "value": {"boolValue": "maybe"}}]}]  # fmt: skip
+    body = {"resourceSpans": [{"scopeSpans": [{"spans": [good, *odd]}]}]}
+    spans = decode.from_json(json.dumps(body).encode())
+    accepted = check(spans)
+    assert (len(accepted.spans), accepted.rejected) == (1, len(odd))
+    for what in ("traceId", "spanId", "intValue", "boolValue"):
+        assert what in accepted.message
+
+
+def test_json_booleans_written_as_strings_mean_what_they_say() -> None:
+    pairs = [{"key": k, "value": {"boolValue": v}} for k, v in
+             (("a", "false"), ("b", "TRUE"), ("c", False), ("d", True))]  # fmt: skip
+    assert decode._json_attributes(pairs) == {"a": False, "b": True, "c": False, "d": True}
 
 
 def test_garbage_protobuf_is_a_decode_error() -> None:

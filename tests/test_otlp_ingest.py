@@ -202,7 +202,8 @@ SPLIT = ["pydanticai_loop", "pydanticai_nested", "openaiagents_handoff", "openai
          "langgraph_nested", "langgraph_openllmetry_parallel", "smolagents_nested",
          "strands_latest_nested", "openaiagents_agent_as_tool", "langgraph_arg_shapes",
          "logfire_openaiagents_nested", "mlflow_langgraph_nested", "openlit_crewai_nested",
-         "mastra_nested", "litellm_otel_genai_nested"]  # fmt: skip
+         "mastra_nested", "litellm_otel_genai_nested", "googleadk_transfer", "strands_swarm",
+         "strands_latest_swarm", "googleadk_legacy_parallel"]  # fmt: skip
 
 
 @pytest.mark.parametrize("elsewhere", [False, True], ids=["one process", "each elsewhere"])
@@ -577,6 +578,27 @@ async def test_failures_answer_as_otlp_says(api, project) -> None:
     assert status == 401 and detail["code"] == 16
     status, detail, _ = await failure(api, b"{}", headers(project.keys["read"]))
     assert status == 403 and detail["code"] == 7
+    # a body that says it is gzip and is not: the exporter must not retry it
+    plain = to_protobuf(document("strands_loop"))
+    for encoding in ("gzip", "deflate"):
+        status, detail, _ = await failure(
+            api, plain, headers(key, PROTOBUF, **{"Content-Encoding": encoding})
+        )
+        assert status == 400 and detail["code"] == 3, detail
+        assert encoding in detail["message"]
+
+
+async def test_a_json_attribute_without_its_key_is_read_as_protobuf_reads_it(api, project) -> None:
+    doc = document("pydanticai_loop")
+    keyless = json.loads(json.dumps(doc))
+    resource = keyless["resourceSpans"][0]
+    resource["resource"]["attributes"].append({"value": {"stringValue": "r"}})
+    for span in resource["scopeSpans"][0]["spans"]:
+        span["attributes"].append({"value": {"kvlistValue": {"values": [{"value": {}}]}}})
+    status, body = await send(api, project.keys["ingest"], keyless)
+    assert (status, json.loads(body)) == (200, {})
+    runs = await runs_of(api, project)
+    assert [run["agent_name"] for run in runs["data"]] == ["weather_agent"]
 
 
 async def test_spans_that_cannot_be_stored_are_reported_and_the_rest_kept(api, project) -> None:
@@ -590,6 +612,53 @@ async def test_spans_that_cannot_be_stored_are_reported_and_the_rest_kept(api, p
     assert "traceId" in answer["partialSuccess"]["errorMessage"]
     runs = await runs_of(api, project)
     assert len(runs["data"]) == 1
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("spanId", "abcd"),  # hex, too short
+        ("traceId", "abcd" * 4),  # 8 bytes, not 16
+        ("parentSpanId", "0102"),
+        ("spanId", "not an id at all"),  # neither hex nor base64
+        ("spanId", 12345),
+    ],
+)
+async def test_json_spans_with_ids_of_the_wrong_size_are_rejected_alone(
+    api, project, field: str, value
+) -> None:
+    doc = json.loads(json.dumps(document("pydanticai_loop")))
+    spans = doc["resourceSpans"][0]["scopeSpans"][0]["spans"]
+    bad = json.loads(json.dumps(spans[0]))
+    bad[field] = value
+    spans.append(bad)
+    status, body = await send(api, project.keys["ingest"], doc)
+    assert status == 200
+    answer = json.loads(body)
+    assert answer["partialSuccess"]["rejectedSpans"] == "1"
+    assert field in answer["partialSuccess"]["errorMessage"]
+    runs = await runs_of(api, project)
+    assert [run["agent_name"] for run in runs["data"]] == ["weather_agent"]
+
+
+async def test_a_nul_character_in_a_spans_attribute_leaves_its_run_readable(api, project) -> None:
+    doc = json.loads(json.dumps(document("pydanticai_loop")))
+    resource = doc["resourceSpans"][0]
+    resource["resource"]["attributes"].append(
+        {"key": "user.note", "value": {"stringValue": "a\u0000b"}}
+    )
+    for span in resource["scopeSpans"][0]["spans"]:
+        span["attributes"].append({"key": "k\u0000", "value": {"stringValue": "\u0000"}})
+    status, _ = await send(api, project.keys["ingest"], doc)
+    assert status == 200
+    runs = await runs_of(api, project)
+    (run,) = runs["data"]
+    assert run["from_spans"] is True
+    status, detail, _ = await api.get(
+        f"/v1/projects/{project.name}/agent/runs/{run['id']}", headers=project.auth()
+    )
+    assert status == 200, detail
+    assert "\\u0000" not in json.dumps(detail["data"].get("metadata"))  # (as U+FFFD)
 
 
 async def test_an_empty_export_is_fine(api, project) -> None:

@@ -92,6 +92,12 @@ def refused(cause: str) -> ApiError:
     )
 
 
+def unreadable_body(error: web.RequestPayloadError) -> ApiError:
+    """A body aiohttp could not read: one that says gzip and is not, cut short…"""
+    reason = " ".join(str(getattr(error, "message", "") or error).split())
+    return ApiError(400, "malformed_body", f"the request body could not be read: {reason}")
+
+
 def error_middleware(
     retry_after: int,
     on_database_error: Callable[[], None] = lambda: None,
@@ -110,6 +116,10 @@ def error_middleware(
             return await handler(request)
         except ApiError as error:
             return error.response()
+        except web.RequestPayloadError as error:
+            answer = unreadable_body(error).response()
+            answer.force_close()  # (where the unread body ends is unknown: no keep-alive)
+            return answer
         except web.HTTPException as error:
             if error.status < 400:
                 raise

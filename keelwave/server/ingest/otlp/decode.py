@@ -55,6 +55,14 @@ class Span:
     scope: str = ""
 
 
+@dataclass(slots=True)
+class UnreadableSpan(Span):
+    """A JSON span that could not be read (an id of the wrong size…): refused alone, as
+    a protobuf span with a bad id is (export.check counts it). Never stored."""
+
+    problem: str = ""
+
+
 def decompress(body: bytes, encoding: str | None, limit: int) -> bytes:
     """Undo ``Content-Encoding`` (gzip, deflate, identity); the limit applies to the
     result, so a small compressed body cannot unpack into an unbounded one."""
@@ -174,10 +182,17 @@ def from_json(body: bytes) -> list[Span]:
             for scope_spans in _list(resource_spans, "scopeSpans", "scope_spans"):
                 scope = str((scope_spans.get("scope") or {}).get("name") or "")
                 for span in _list(scope_spans, "spans"):
-                    spans.append(_json_span(span, resource, scope))
+                    try:
+                        spans.append(_json_span(span, resource, scope))
+                    except (AttributeError, TypeError, ValueError) as error:
+                        spans.append(_unreadable(str(error), resource, scope))
     except (AttributeError, TypeError, ValueError) as error:
         raise DecodeError(f"the body is not an OTLP JSON trace export: {error}") from None
     return dialects.rewrite(spans)
+
+
+def _unreadable(problem: str, resource: dict[str, Any], scope: str) -> Span:
+    return UnreadableSpan(b"", b"", None, "", 0, 0, 0, 0, "", {}, [], resource, scope, problem)
 
 
 def _json_span(span: dict, resource: dict[str, Any], scope: str) -> Span:
@@ -240,13 +255,15 @@ def _list(item: dict, *names: str) -> list:
 
 def _hex(text: Any, name: str, size: int) -> bytes | None:
     """An id as OTLP/JSON writes it: hex. Base64 is taken too, as protobuf's own JSON
-    mapping writes bytes (``MessageToJson``), which some senders use by mistake: the two
-    cannot be confused, their lengths differ (32 or 16 hex digits, 24 or 12 base64)."""
+    mapping writes bytes (``MessageToJson``), which some senders use by mistake: an id
+    of the right size is one or the other (32 or 16 hex digits, 24 or 12 base64)."""
     if not text:
         return None
     try:
         raw = bytes.fromhex(text)
     except (TypeError, ValueError):
+        raw = None
+    if raw is None or len(raw) != size:
         raw = _base64(text)
     if raw is None or len(raw) != size:
         raise ValueError(f"{name} must be {2 * size} hex digits, got {text!r}")
@@ -265,7 +282,8 @@ def _base64(text: Any) -> bytes | None:
 def _json_attributes(pairs: Any) -> dict[str, Any]:
     if not pairs:
         return {}
-    return {str(pair["key"]): _json_value(pair.get("value") or {}, 0) for pair in pairs}
+    # (a key left out is the empty key, as protobuf reads a missing string field)
+    return {str(pair.get("key") or ""): _json_value(pair.get("value") or {}, 0) for pair in pairs}
 
 
 def _json_value(value: dict, depth: int) -> Any:
@@ -279,14 +297,33 @@ def _json_value(value: dict, depth: int) -> Any:
         return [_json_value(item or {}, depth + 1) for item in items]
     if "kvlistValue" in value or "kvlist_value" in value:
         pairs = (_get(value, "kvlistValue", "kvlist_value") or {}).get("values") or []
-        return {str(p["key"]): _json_value(p.get("value") or {}, depth + 1) for p in pairs}
+        return {
+            str(p.get("key") or ""): _json_value(p.get("value") or {}, depth + 1) for p in pairs
+        }
     return None
+
+
+def _bool(value: Any) -> bool:
+    """A JSON boolean (``"true"``/``"false"`` in a string are taken too; not ``bool()``,
+    for which the string "false" is true)."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    raise ValueError(f"boolValue must be true or false, got {value!r}")
+
+
+def _int(value: Any) -> int:
+    """An int64 as OTLP JSON writes it: a number or a string of digits, not 1.5."""
+    if isinstance(value, float) and not value.is_integer():
+        raise ValueError(f"intValue must be an integer, got {value!r}")
+    return int(value)
 
 
 _SCALARS = (
     ("stringValue", str), ("string_value", str),
-    ("boolValue", bool), ("bool_value", bool),
-    ("intValue", int), ("int_value", int),  # a string or a number in OTLP JSON
+    ("boolValue", _bool), ("bool_value", _bool),
+    ("intValue", _int), ("int_value", _int),  # a string or a number in OTLP JSON
     ("doubleValue", float), ("double_value", float),
     ("bytesValue", str), ("bytes_value", str),  # base64, kept as text
 )  # fmt: skip

@@ -107,6 +107,8 @@ def check(spans: list[decode.Span], rules: ServerRedaction = BUILTIN) -> Accepte
 
 
 def _problem(span: decode.Span) -> str | None:
+    if type(span) is decode.UnreadableSpan:
+        return span.problem
     if len(span.trace_id) != 16 or not any(span.trace_id):
         return "traceId must be 16 bytes, not all zero"
     if len(span.span_id) != 8 or not any(span.span_id):

@@ -15,6 +15,7 @@ import uuid
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from keelwave.protocol import (
     NAME_MAX_LENGTH,
@@ -257,6 +258,25 @@ def text(value: str | None) -> str | None:
     return value.replace("\x00", "\ufffd") if value is not None else None
 
 
+def run_metadata(values: dict[str, Any]) -> str | None:
+    """A run's metadata as the store keeps it: canonical JSON, with NUL (which an
+    attribute may hold, and PostgreSQL's text cannot) as U+FFFD, in keys and values."""
+    if not values:
+        return None
+    encoded = canonical_json(values)
+    return canonical_json(_without_nul(values)) if "\\u0000" in encoded else encoded
+
+
+def _without_nul(value: Any) -> Any:
+    if isinstance(value, str):
+        return value.replace("\x00", "\ufffd")
+    if isinstance(value, dict):
+        return {_without_nul(key): _without_nul(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_without_nul(item) for item in value]
+    return value
+
+
 def traceback(value: str | None) -> str | None:
     """An exception event's stack trace as it is kept (redacted already, with the span):
     NUL-free, its last TRACEBACK_STORED_MAX characters, as native ingest keeps one."""
@@ -346,7 +366,7 @@ def _row(
         loop_step_index=run.loop_step_index,
         input=run.input.decode() if run.input is not None else None,
         output=run.output.decode() if run.output is not None else None,
-        metadata=canonical_json(run.metadata) if run.metadata else None,
+        metadata=run_metadata(run.metadata),
         error=text(run.error),
         error_traceback=traceback(run.error_traceback),
         llm_calls=len(calls),

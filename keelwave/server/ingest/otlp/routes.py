@@ -18,7 +18,7 @@ from aiohttp import web
 
 from keelwave.server.http import appkeys
 from keelwave.server.http.auth import INGEST
-from keelwave.server.http.errors import ApiError
+from keelwave.server.http.errors import ApiError, unreadable_body
 from keelwave.server.http.operations import ApiRoutes
 from keelwave.server.ingest.otlp import decode, export
 
@@ -100,6 +100,10 @@ async def export_traces(request: web.Request) -> web.Response:
         return await _export(request, media, as_json)
     except ApiError as error:
         return _failure(error, as_json)
+    except web.RequestPayloadError as error:
+        answer = _failure(unreadable_body(error), as_json)
+        answer.force_close()  # (where the unread body ends is unknown: no keep-alive)
+        return answer
     except web.HTTPRequestEntityTooLarge:
         limit = request.client_max_size
         message = f"request body too large after decompression (limit {limit} bytes)"

@@ -372,3 +372,11 @@ def test_an_endpoint_without_its_scheme(server, known, tmp_path: Path) -> None:
     assert json.loads(config.read_text())["endpoint"] == server.url
     listed = cli(server, project, "runs", "--json", KEELWAVE_ENDPOINT=bare + "/")
     assert listed.returncode == 0, listed.stderr
+
+
+def test_a_cost_below_a_cent_is_shown_with_its_first_digits_not_as_zero() -> None:
+    from keelwave.remote.format import money
+
+    shown = {usd: money(usd) for usd in (0, 0.000194, 0.0051, 0.0099999, 0.75, 1234.5, 1e-9)}
+    assert shown == {0: "$0", 0.000194: "$0.00019", 0.0051: "$0.0051", 0.0099999: "$0.01",
+                     0.75: "$0.75", 1234.5: "$1,234.50", 1e-9: "<$0.000001"}  # fmt: skip

@@ -4,6 +4,7 @@ changes, counted nouns."""
 from __future__ import annotations
 
 import json
+import math
 from datetime import UTC, datetime
 from typing import Any
 
@@ -86,8 +87,12 @@ def money(usd: float | None) -> str:
         return "—"
     if usd == 0:
         return "$0"
-    if usd < 0.01:
-        return f"${usd:.3f}"
+    if usd < 0.000001:
+        return "<$0.000001"
+    if usd < 0.01:  # two significant digits: a run of a cheap model costs $0.00019, not $0.000
+        usd = float(f"{usd:.2g}")
+        if usd < 0.01:
+            return f"${usd:.{1 - math.floor(math.log10(usd))}f}"
     return f"${usd:,.2f}"
 
 

@@ -207,7 +207,7 @@ def keys(server, db_url) -> dict[str, str]:
                     "model": "gpt-4o-mini",
                     "input_tokens": 100,
                     "output_tokens": 10,
-                    "cost_usd": 0.01,
+                    "cost_usd": 0.000194,  # shown as $0.00019, not as $0.000
                     "latency_ms": 40,
                     "started_at": at(10_010),
                 }
@@ -454,6 +454,7 @@ def test_runs_list_sorts_when_a_header_is_clicked(server, key, page) -> None:
         "aria-sort", "ascending"
     )
     expect(page.locator("tbody tr").last).to_contain_text(PLANNER[:8])
+    expect(page.locator("tbody tr", has_text=FAILED[:8])).to_contain_text("$0.00019")
     page.get_by_role("button", name="tokens").click()
     expect(page.locator("tbody tr").first).to_contain_text(PLANNER[:8])  # 1.5k, the most
     page.screenshot(path=ARTIFACTS / "explorer-runs-sorted.png", full_page=True)

@@ -30,7 +30,12 @@ export function tokens(count: number | null | undefined): string {
 export function money(usd: number | null | undefined): string {
   if (usd === null || usd === undefined) return "—";
   if (usd === 0) return "$0";
-  if (usd < 0.01) return `$${usd.toFixed(3)}`;
+  if (usd < 0.000001) return "<$0.000001";
+  if (usd < 0.01) {
+    // two significant digits: a run of a cheap model costs $0.00019, not $0.000
+    const rounded = Number(usd.toPrecision(2));
+    if (rounded < 0.01) return `$${rounded.toFixed(1 - Math.floor(Math.log10(rounded)))}`;
+  }
   return `$${usd.toFixed(2)}`;
 }
 

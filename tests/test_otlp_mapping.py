@@ -288,6 +288,15 @@ def test_a_nested_agent_is_a_child_run(name: str) -> None:
         # (no tool spans, and smolagents' prompt names no call for a failed step)
         ("smolagents_genai_tool_error", "clean", False),
         ("smolagents_genai_max_steps", "max_steps_reached", False),  # its finish reason
+        # Google ADK's RunConfig(max_llm_calls=3): LlmCallsLimitExceededError
+        ("googleadk_max_calls", "max_steps_reached", False),
+        ("googleadk_legacy_max_calls", "max_steps_reached", False),
+        ("googleadk_openinference_max_calls", "max_steps_reached", False),
+        # LlamaIndex's "Max iterations of 3 reached!", raised in parse_agent_output
+        ("llamaindex_max_iter", "max_steps_reached", False),
+        # Strands' MaxTokensReachedException fails the run: its last answer was cut off
+        ("strands_max_tokens", "context_limit", False),
+        ("strands_latest_max_tokens", "context_limit", False),
     ],
 )
 def test_errors_and_step_limits(name: str, reason: str, step_failed: bool) -> None:
@@ -298,8 +307,13 @@ def test_errors_and_step_limits(name: str, reason: str, step_failed: bool) -> No
 
 HANDOFFS = ["openaiagents_handoff", "agentframework_handoff", "openaiagents_v2_handoff",
             "agentframework_openinference_handoff", "logfire_openaiagents_handoff",
-            "mlflow_openaiagents_handoff", "autogen_handoff"]  # fmt: skip
-ORDERED = LOOPS + NESTED + HANDOFFS + [name for name, _, _ in OTHER_LOOPS]
+            "mlflow_openaiagents_handoff", "autogen_handoff", "googleadk_transfer",
+            "googleadk_legacy_transfer", "googleadk_openinference_transfer", "strands_swarm",
+            "strands_latest_swarm"]  # fmt: skip
+# Google ADK's parallel calls, each turn followed by its "execute_tool (merged)" span.
+ADK_PARALLEL = ["googleadk_parallel", "googleadk_nocontent_parallel", "googleadk_legacy_parallel",
+                "googleadk_openinference_parallel"]  # fmt: skip
+ORDERED = LOOPS + NESTED + HANDOFFS + ADK_PARALLEL + [name for name, _, _ in OTHER_LOOPS]
 
 
 @pytest.mark.parametrize("name", [*ORDERED, "langgraph_arg_shapes"])
@@ -322,6 +336,40 @@ def test_wrapped_arguments_are_unwrapped_to_the_calls_own() -> None:
     assert langchain.steps[0].tool_input == smol.steps[0].tool_input
     [openai] = runs_of("openaiagents_loop")  # a JSON string: kept byte for byte
     assert openai.steps[0].tool_input == b'{"city": "Paris",  "unit": "celsius"}'
+
+
+def test_an_object_the_framework_injected_is_no_argument_of_the_call() -> None:
+    """LlamaIndex hands its handoff tool the workflow's Context, which OpenInference
+    writes among the arguments as its repr, "<workflows.context.context.Context object
+    at 0x7f…>": a new address on every call. Left out, the same handoff is the same
+    call (as OpenLLMetry, which leaves it out itself, shows it)."""
+    [run] = runs_of("llamaindex_handoff")
+    assert [(s.step_index, s.tool_name, s.tool_input) for s in run.steps] == [
+        (i, "handoff", b'{"reason": "needs expert", "to_agent": "expert"}' if i % 2
+         else b'{"reason": "back", "to_agent": "triage"}')
+        for i in range(1, 6)
+    ]  # fmt: skip
+    assert run.loop_step_index == 1
+    envelope = {"kwargs": {"n": "<not an object at 0x1>", "o": "<a.B object at 0x7f0a>"}}
+    assert conventions.arguments_json(envelope) == b'{"n": "<not an object at 0x1>"}'
+
+
+@pytest.mark.parametrize("name", ADK_PARALLEL)
+def test_google_adks_merged_span_after_parallel_calls_is_no_step(name: str) -> None:
+    """Each turn of parallel calls (get_weather and lookup at once, twice) ends with ADK's
+    "execute_tool (merged)" span, gen_ai.tool.name "(merged tools)": its bookkeeping of
+    the calls, not a call. No step, so the later steps keep their places, each model
+    call keeps the step it asked for, and its schema 1's input "N/A", the same every
+    time, makes no loop."""
+    [run] = runs_of(name)
+    assert [(s.step_index, s.tool_name) for s in run.steps] == [
+        (1, "get_weather"), (2, "lookup"), (3, "get_weather"), (4, "lookup")
+    ]  # fmt: skip
+    assert run.loop_step_index is None and run.termination_reason == "clean"
+    if name == "googleadk_openinference_parallel":  # (one model call: known gaps)
+        assert [call.step_index for call in run.calls] == [1]
+    else:
+        assert [call.step_index for call in run.calls] == [1, 3, None]
 
 
 @pytest.mark.parametrize("name", LOOPS + NESTED)
@@ -634,13 +682,20 @@ def test_beeai_event_spans_are_neither_runs_nor_steps() -> None:
      ("openaiagents_v2_handoff", "triage_agent", "weather_specialist"),
      ("logfire_openaiagents_handoff", "triage_agent", "weather_specialist"),
      ("mlflow_openaiagents_handoff", "triage_agent", "weather_specialist"),
-     ("autogen_handoff", "triage_agent", "weather_agent")],
+     ("autogen_handoff", "triage_agent", "weather_agent"),
+     ("googleadk_transfer", "coordinator", "weather_expert"),
+     ("googleadk_legacy_transfer", "coordinator", "weather_expert"),
+     ("googleadk_openinference_transfer", "coordinator", "weather_expert"),
+     ("strands_swarm", "triage", "expert"),
+     ("strands_latest_swarm", "triage", "expert")],
 )  # fmt: skip
 def test_a_handoff_makes_the_target_a_child_of_the_agent_that_handed_off(name, source, target):
     """Both run their agents as siblings (under Agent Framework's workflow, the Agents
-    SDK's); what shows the handoff is a model call asking for handoff_to_<target>,
-    which Agent Framework answers without a tool span, or the v2 instrumentor's
-    agent_handoff span (gen_ai.handoff.to_agent)."""
+    SDK's, ADK's invoke_workflow, Strands' invoke_swarm); what shows the handoff is a
+    model call asking for handoff_to_<target>, which Agent Framework answers without a
+    tool span, the v2 instrumentor's agent_handoff span (gen_ai.handoff.to_agent), or a
+    call of a handoff tool naming its target in an argument: ADK's
+    transfer_to_agent(agent_name=...), Strands Swarm's handoff_to_agent(agent_name=...)."""
     runs = {run.agent_name: run for run in runs_of(name)}
     assert set(runs) == {source, target}
     assert runs[target].parent_run_id == runs[source].run_id
@@ -822,6 +877,70 @@ def test_a_handoff_attribute_names_its_target_exactly() -> None:
             spans[-1].start_ns = start + 10
     runs = {run.agent_name: run for run in mapping.map_trace(spans)}
     assert runs["agent1"].parent_run_id == runs["agent0"].run_id
+
+
+def test_a_handoff_tool_that_takes_its_target_as_an_argument_hands_off_to_it() -> None:
+    """Google ADK's transfer_to_agent and Strands Swarm's handoff_to_agent name their
+    target in agent_name, not in the tool's name: a1 hands off to a2, a2 back to a1
+    (a run of its own again), the second a1 to "agent", an agent so named; "agent" is
+    no target of the others, whose tools' names end in it. Whatever the order."""
+    workflow = span(1, None, "invoke_swarm", {"gen_ai.operation.name": "invoke_swarm"})
+    spans = [workflow]
+    hops = [("a1", "handoff_to_agent", "a2"), ("a2", "transfer_to_agent", "a1"),
+            ("a1", "handoff_to_agent", "agent"), ("agent", None, None)]  # fmt: skip
+    for number, (name, tool, target) in enumerate(hops, start=1):
+        agent = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": name}
+        spans.append(span(number * 10, 1, f"invoke_agent {name}", agent))
+        spans[-1].start_ns = number * 100
+        if tool:
+            call = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": tool,
+                    "gen_ai.tool.call.arguments": json.dumps({"agent_name": target})}  # fmt: skip
+            spans.append(span(number * 10 + 1, number * 10, f"execute_tool {tool}", call))
+            spans[-1].start_ns = number * 100 + 10
+    expected = mapping.map_trace(spans)
+    names = {run.run_id: run.agent_name for run in expected}
+    assert [(run.agent_name, names.get(run.parent_run_id)) for run in expected] == [
+        ("a1", None), ("a2", "a1"), ("a1", "a2"), ("agent", "a1")
+    ]  # fmt: skip
+    rng = random.Random(3)
+    for _ in range(5):
+        rng.shuffle(spans)
+        assert mapping.map_trace(spans) == expected
+
+
+def test_an_operation_details_event_is_read_as_the_spans_own_attributes() -> None:
+    """The GenAI conventions' gen_ai.client.inference.operation.details event (Strands
+    sends it) carries what the span's own attributes would: read so, the messages of a
+    trace without tool spans give the same steps, results and model calls as they do
+    as attributes. The span's own attributes win over the event's."""
+    call = {"type": "tool_call", "id": "c1", "name": "search", "arguments": {"q": "keel"}}
+    result = {"type": "tool_call_response", "id": "c1", "response": "found"}
+    asked = [{"role": "assistant", "parts": [call]}]
+    answered = [{"role": "tool", "parts": [result]}]
+
+    def trace(as_event: bool) -> list[decode.Span]:
+        agent = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "detbot"}
+        spans = [span(1, None, "invoke_agent detbot", agent)]
+        for number, (key, value) in enumerate(
+            [("gen_ai.output.messages", asked), ("gen_ai.input.messages", answered)], start=2
+        ):
+            chat = {"gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-4o",
+                    "gen_ai.usage.input_tokens": 3, "gen_ai.usage.output_tokens": 2}  # fmt: skip
+            spans.append(span(number, 1, "chat", chat if as_event else {**chat, key: value}))
+            if as_event:
+                details = decode.Event(dialects.OPERATION_DETAILS, 0, {key: value})
+                spans[-1].events = [details]
+        return dialects.rewrite(spans)
+
+    [run] = mapping.map_trace(trace(as_event=True))
+    assert run == mapping.map_trace(trace(as_event=False))[0]
+    assert [(s.tool_name, s.tool_input, s.tool_output) for s in run.steps] == [
+        ("search", b'{"q": "keel"}', b'"found"')
+    ]
+    own = span(9, None, "chat", {"gen_ai.operation.name": "chat", "gen_ai.output.messages": "[]"})
+    own.events = [decode.Event(dialects.OPERATION_DETAILS, 0, {"gen_ai.output.messages": "[1]"})]
+    [read] = dialects.rewrite([own])
+    assert read.attributes["gen_ai.output.messages"] == "[]" and not read.events
 
 
 # -- instrumentations with words of their own (dialects.py) ------------------------------

@@ -25,10 +25,16 @@ openinference-instrumentation-google-adk) makes googleadk_openinference_<scenari
 ``GoogleADKInstrumentor`` wraps the runner, agents, model calls and tool calls with its
 own spans and turns ADK's own tracers into pass-throughs (schema 2, ADK's defaults).
 
-Scenarios:
+Scenarios (``python google_adk.py MODE SCENARIO…`` makes only those):
   loop        the tool is called three times with the same arguments, one call per
               model turn, then the model answers
   tool_error  the tool raises: ADK lets the exception end the run
+  parallel    two turns of two different calls at once (get_weather and lookup), then
+              an answer: ADK adds an ``execute_tool (merged)`` span per turn
+  max_calls   the model asks for get_weather every turn; ``RunConfig(max_llm_calls=3)``
+              ends the run with ADK's LlmCallsLimitExceededError
+  transfer    a coordinator hands off with ``transfer_to_agent(agent_name=…)`` to its
+              sub-agent weather_expert, which calls get_weather and answers
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ import subprocess
 import sys
 
 MODE = sys.argv[1] if len(sys.argv) > 1 else None
+ONLY = set(sys.argv[2:])  # scenarios to make (all if none named)
 if MODE is None:  # each mode in a fresh process (ADK reads its environment once)
     for mode in ("v2", "nocontent", "legacy"):
         subprocess.run([sys.executable, __file__, mode], check=True)
@@ -52,6 +59,8 @@ from collections.abc import AsyncGenerator  # noqa: E402
 
 from _otlp import Capture  # noqa: E402
 from google.adk.agents import LlmAgent  # noqa: E402
+from google.adk.agents.invocation_context import LlmCallsLimitExceededError  # noqa: E402
+from google.adk.agents.run_config import RunConfig  # noqa: E402
 from google.adk.models.base_llm import BaseLlm  # noqa: E402
 from google.adk.models.llm_response import LlmResponse  # noqa: E402
 from google.adk.runners import InMemoryRunner  # noqa: E402
@@ -72,36 +81,51 @@ PREFIX = {
 }[MODE]
 
 LOOP_ARGS = {"city": "Paris", "unit": "celsius"}
+# A turn: one (tool, arguments), a list of them (called at once), or (None, an answer).
 SCRIPTS = {
     "fake-loop-model": [("get_weather", LOOP_ARGS)] * 3 + [(None, "It is 18 degrees in Paris.")],
     "fake-error-model": [
         ("fetch_page", {"url": "https://example.com/"}),
         (None, "The page could not be fetched."),
     ],
+    "fake-parallel-model": [
+        [("get_weather", LOOP_ARGS), ("lookup", {"topic": "a"})],
+        [("get_weather", {"city": "Rome", "unit": "celsius"}), ("lookup", {"topic": "b"})],
+        (None, "Done."),
+    ],
+    "fake-stuck-model": [("get_weather", LOOP_ARGS)] * 10,  # (the limit stops it at 3)
+    "fake-coordinator-model": [
+        ("transfer_to_agent", {"agent_name": "weather_expert"}),
+        (None, "Handed over."),
+    ],
+    "fake-expert-model": [("get_weather", LOOP_ARGS), (None, "It is 18 degrees in Paris.")],
 }
+TURNS: dict[str, int] = {}  # model calls so far, by model: a scenario's agents count apart
 
 
 class ScriptedModel(BaseLlm):
-    """Answers turn n of its script, n being the tool results seen so far."""
+    """Answers turn n of its script, n being its model calls so far in the scenario."""
 
     async def generate_content_async(
         self, llm_request, stream: bool = False
     ) -> AsyncGenerator[LlmResponse, None]:
-        turn = sum(
-            1
-            for content in llm_request.contents
-            for part in content.parts or []
-            if part.function_response
-        )
-        tool, payload = SCRIPTS[self.model][turn]
-        if tool is None:
-            part = types.Part(text=payload)
+        turn = TURNS.get(self.model, 0)
+        TURNS[self.model] = turn + 1
+        step = SCRIPTS[self.model][turn]
+        calls = step if isinstance(step, list) else [step]
+        if calls[0][0] is None:
+            parts = [types.Part(text=calls[0][1])]
         else:
-            part = types.Part(
-                function_call=types.FunctionCall(name=tool, args=payload, id=f"call_{turn}")
-            )
+            parts = [
+                types.Part(
+                    function_call=types.FunctionCall(
+                        name=tool, args=args, id=f"call_{turn}" + (f"_{n}" if n else "")
+                    )
+                )
+                for n, (tool, args) in enumerate(calls)
+            ]
         yield LlmResponse(
-            content=types.Content(role="model", parts=[part]),
+            content=types.Content(role="model", parts=parts),
             usage_metadata=types.GenerateContentResponseUsageMetadata(
                 prompt_token_count=100 + 10 * turn,
                 candidates_token_count=20 + turn,
@@ -120,28 +144,54 @@ def fetch_page(url: str) -> str:
     raise RuntimeError(f"connection refused: {url}")
 
 
-async def run(agent: LlmAgent, question: str) -> None:
+def lookup(topic: str) -> str:
+    """Facts about a topic."""
+    return f"facts about {topic}"
+
+
+async def run(agent: LlmAgent, question: str, config: RunConfig | None = None) -> None:
     runner = InMemoryRunner(agent=agent, app_name="keelwave-capture")
     session = await runner.session_service.create_session(app_name="keelwave-capture", user_id="u")
     message = types.Content(role="user", parts=[types.Part(text=question)])
     try:
-        async for _ in runner.run_async(user_id="u", session_id=session.id, new_message=message):
+        async for _ in runner.run_async(
+            user_id="u", session_id=session.id, new_message=message, run_config=config
+        ):
             pass
-    except RuntimeError:
-        pass  # the tool_error scenario: the exception ends the run
+    except (RuntimeError, LlmCallsLimitExceededError):
+        pass  # tool_error: the exception ends the run; max_calls: so does the limit's
 
 
-# scenario: (agent, its model, instruction, tool, question)
+def agent(name: str, model: str, instruction: str, *tools, **more) -> LlmAgent:
+    return LlmAgent(
+        name=name, model=ScriptedModel(model=model), instruction=instruction, tools=list(tools),
+        **more,
+    )  # fmt: skip
+
+
+# scenario: (its agent, the question, the run's config)
 SCENARIOS = {
-    "loop": ("weather_agent", "fake-loop-model", "Answer questions about the weather.",
-             get_weather, "What is the weather in Paris?"),
-    "tool_error": ("browser_agent", "fake-error-model", "Fetch pages.",
-                   fetch_page, "What does example.com say?"),
+    "loop": lambda: (agent("weather_agent", "fake-loop-model",
+                           "Answer questions about the weather.", get_weather),
+                     "What is the weather in Paris?", None),
+    "tool_error": lambda: (agent("browser_agent", "fake-error-model", "Fetch pages.",
+                                 fetch_page), "What does example.com say?", None),
+    "parallel": lambda: (agent("parallel_agent", "fake-parallel-model",
+                               "Answer about weather and topics.", get_weather, lookup),
+                         "Weather and facts?", None),
+    "max_calls": lambda: (agent("stuck_agent", "fake-stuck-model", "Weather.", get_weather),
+                          "What is the weather in Paris?", RunConfig(max_llm_calls=3)),
+    "transfer": lambda: (agent("coordinator", "fake-coordinator-model", "Route questions.",
+                               sub_agents=[agent("weather_expert", "fake-expert-model",
+                                                 "Answer about the weather.", get_weather,
+                                                 description="Knows the weather.")]),
+                         "What is the weather in Paris?", None),
 }  # fmt: skip
-for scenario, (name, model, instruction, tool, question) in SCENARIOS.items():
-    agent = LlmAgent(
-        name=name, model=ScriptedModel(model=model), instruction=instruction, tools=[tool]
-    )
-    asyncio.run(run(agent, question))
+for scenario, make in SCENARIOS.items():
+    if ONLY and scenario not in ONLY:
+        continue
+    TURNS.clear()
+    root, question, config = make()
+    asyncio.run(run(root, question, config))
     cap.save(f"{PREFIX}_{scenario}")
 cap.shutdown()

@@ -26,6 +26,15 @@ Scenarios:
               model turn, then the model answers
   tool_error  the tool raises; the FunctionAgent hands the error to the model, which
               answers
+
+OpenInference only (OpenLLMetry's workflow span never ends when the run raises):
+  max_iter    the model asks for get_weather every turn; ``run(max_iterations=3)`` ends
+              the run with WorkflowRuntimeError "Max iterations of 3 reached!"
+  handoff     an AgentWorkflow of triage and expert handing off to each other with
+              LlamaIndex's ``handoff`` tool (triage 3×, expert 2×, then expert answers);
+              its arguments carry the injected workflow Context's repr (``ctx``)
+
+``python llamaindex_agent.py INSTRUMENTATION SCENARIO…`` makes only those scenarios.
 """
 
 from __future__ import annotations
@@ -35,20 +44,21 @@ import os
 import sys
 
 from _otlp import Capture
-from llama_index.core.agent.workflow import FunctionAgent
+from llama_index.core.agent.workflow import AgentWorkflow, FunctionAgent
 from llama_index.core.base.llms.types import (
     ChatMessage,
     ChatResponse,
     CompletionResponse,
     LLMMetadata,
-    MessageRole,
 )
 from llama_index.core.llms.callbacks import llm_chat_callback
 from llama_index.core.llms.function_calling import FunctionCallingLLM
 from llama_index.core.llms.llm import ToolSelection
 from llama_index.core.tools import FunctionTool
+from workflows.errors import WorkflowRuntimeError
 
 INSTRUMENTATION = sys.argv[1] if len(sys.argv) > 1 else "openinference"
+ONLY = set(sys.argv[2:])  # scenarios to make (all if none named)
 if INSTRUMENTATION == "openinference":
     from openinference.instrumentation.llama_index import LlamaIndexInstrumentor
 
@@ -78,7 +88,13 @@ SCRIPTS = {
         ("fetch_page", {"url": "https://example.com/"}),
         (None, "The page could not be fetched."),
     ],
+    "fake-stuck-model": [("get_weather", {"city": "Paris", "unit": "celsius"})] * 10,
+    "fake-triage-model": [("handoff", {"to_agent": "expert", "reason": "needs expert"})] * 3
+    + [(None, "Done.")],
+    "fake-expert-model": [("handoff", {"to_agent": "triage", "reason": "back"})] * 2
+    + [(None, "A keel is a ship's backbone.")],
 }
+TURNS: dict[str, int] = {}  # model calls so far, by model: a workflow's agents count apart
 
 
 class ScriptedLLM(FunctionCallingLLM):
@@ -113,7 +129,8 @@ class ScriptedLLM(FunctionCallingLLM):
         ]
 
     def _answer(self, messages) -> ChatResponse:
-        turn = sum(1 for m in messages if m.role == MessageRole.TOOL)
+        turn = TURNS.get(self.model, 0)
+        TURNS[self.model] = turn + 1
         tool, payload = SCRIPTS[self.model][turn]
         usage = {
             "prompt_tokens": 100 + 10 * turn,
@@ -175,26 +192,48 @@ def fetch_page(url: str) -> str:
     raise RuntimeError(f"connection refused: {url}")
 
 
-# scenario: (agent, its model, system prompt, tool, question)
+def agent(name: str, model: str, prompt: str, *tools, **more) -> FunctionAgent:
+    return FunctionAgent(
+        name=name,
+        description=name,
+        tools=[FunctionTool.from_defaults(tool) for tool in tools],
+        llm=ScriptedLLM(model=model),
+        system_prompt=prompt,
+        streaming=False,
+        **more,
+    )
+
+
+def handoffs() -> AgentWorkflow:
+    triage = agent("triage", "fake-triage-model", "Triage.", can_handoff_to=["expert"])
+    expert = agent("expert", "fake-expert-model", "Answer.", can_handoff_to=["triage"])
+    return AgentWorkflow(agents=[triage, expert], root_agent="triage")
+
+
+# scenario: (what runs, the question, the run's keyword arguments)
 SCENARIOS = {
-    "loop": ("weather_agent", "fake-loop-model", "Answer about the weather.", get_weather,
-             "What is the weather in Paris?"),
-    "tool_error": ("browser_agent", "fake-error-model", "Fetch.", fetch_page,
-                   "What does example.com say?"),
+    "loop": (lambda: agent("weather_agent", "fake-loop-model", "Answer about the weather.",
+                           get_weather), "What is the weather in Paris?", {}),
+    "tool_error": (lambda: agent("browser_agent", "fake-error-model", "Fetch.", fetch_page),
+                   "What does example.com say?", {}),
 }  # fmt: skip
+if INSTRUMENTATION == "openinference":
+    SCENARIOS |= {
+        "max_iter": (lambda: agent("stuck_agent", "fake-stuck-model", "Weather.", get_weather),
+                     "What is the weather in Paris?", {"max_iterations": 3}),
+        "handoff": (handoffs, "What is a keel?", {}),
+    }  # fmt: skip
 
 
 async def main():
-    for scenario, (name, model, prompt, tool, question) in SCENARIOS.items():
-        agent = FunctionAgent(
-            name=name,
-            description=name,
-            tools=[FunctionTool.from_defaults(tool)],
-            llm=ScriptedLLM(model=model),
-            system_prompt=prompt,
-            streaming=False,
-        )
-        print(await agent.run(user_msg=question))  # (the agent tells the model of errors)
+    for scenario, (make, question, options) in SCENARIOS.items():
+        if ONLY and scenario not in ONLY:
+            continue
+        TURNS.clear()
+        try:  # (the agent tells the model of a tool's errors)
+            print(await make().run(user_msg=question, **options))
+        except WorkflowRuntimeError as error:  # max_iter
+            print("stopped:", error)
         cap.save(f"{PREFIX}_{scenario}")
 
 

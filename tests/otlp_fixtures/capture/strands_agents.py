@@ -24,6 +24,14 @@ Scenarios:
   tool_error  the tool raises; Strands returns an error tool result to the model,
               which then answers
   nested      the outer agent's tool runs an inner agent, which calls its own tool
+  swarm       a Swarm of two agents: triage hands off to expert with Strands' own
+              ``handoff_to_agent`` tool (its target in the ``agent_name`` argument);
+              expert calls its tool and answers
+  max_tokens  the tool is called once; the model's next answer stops at its token
+              limit (stop reason ``max_tokens``): Strands raises
+              MaxTokensReachedException, which fails the run
+
+``python strands_agents.py DIALECT SCENARIO…`` makes only those scenarios.
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ import subprocess
 import sys
 
 DIALECT = sys.argv[1] if len(sys.argv) > 1 else None
+ONLY = set(sys.argv[2:])  # scenarios to make (all if none named)
 if DIALECT is None:  # run both dialects, each in a fresh process (the env is read once)
     for dialect in ("default", "latest"):
         subprocess.run([sys.executable, __file__, dialect], check=True)
@@ -44,6 +53,8 @@ from _otlp import Capture  # noqa: E402
 from opentelemetry import trace  # noqa: E402
 from strands import Agent, tool  # noqa: E402
 from strands.models.model import Model  # noqa: E402
+from strands.multiagent import Swarm  # noqa: E402
+from strands.types.exceptions import MaxTokensReachedException  # noqa: E402
 
 cap = Capture(f"keelwave-capture-strands-{DIALECT}")
 if DIALECT == "openinference":
@@ -74,6 +85,16 @@ SCRIPTS = {
         (None, "Researcher says: a keel is a backbone."),
     ],
     "fake-inner-model": [("lookup", '{"term": "keel"}'), (None, "A keel is a ship's backbone.")],
+    "fake-triage-model": [
+        ("handoff_to_agent", '{"agent_name": "expert", "message": "please answer"}'),
+        (None, "Handed over."),
+    ],
+    "fake-expert-model": [("lookup", '{"term": "keel"}'), (None, "A keel is a ship's backbone.")],
+    # (a third item: the answer's stop reason, end_turn if none)
+    "fake-truncated-model": [
+        ("lookup", '{"term": "keel"}'),
+        (None, "A keel is the long structural member alo", "max_tokens"),
+    ],
 }
 
 
@@ -96,13 +117,13 @@ class ScriptedModel(Model):
     async def stream(self, messages, tool_specs=None, system_prompt=None, **kwargs):
         turn = sum("toolResult" in block for m in messages for block in m["content"])
         script = SCRIPTS[self.config["model_id"]]
-        name, payload = script[min(turn, len(script) - 1)]
+        name, payload, *stop = script[min(turn, len(script) - 1)]
         yield {"messageStart": {"role": "assistant"}}
         if name is None:
             yield {"contentBlockStart": {"start": {}}}
             yield {"contentBlockDelta": {"delta": {"text": payload}}}
             yield {"contentBlockStop": {}}
-            yield {"messageStop": {"stopReason": "end_turn"}}
+            yield {"messageStop": {"stopReason": stop[0] if stop else "end_turn"}}
         else:
             start = {"toolUse": {"name": name, "toolUseId": f"tooluse_{turn}"}}
             yield {"contentBlockStart": {"start": start}}
@@ -164,7 +185,7 @@ def ask_researcher(question: str) -> str:
     return str(inner(question))
 
 
-def main() -> None:
+def loop() -> None:
     agent = Agent(
         model=ScriptedModel("fake-loop-model"),
         tools=[get_weather],
@@ -173,8 +194,9 @@ def main() -> None:
         callback_handler=None,
     )
     print(agent("Weather in Paris?"))
-    cap.save(f"{PREFIX}_loop")
 
+
+def tool_error() -> None:
     agent = Agent(
         model=ScriptedModel("fake-error-model"),
         tools=[fetch_page],
@@ -182,8 +204,9 @@ def main() -> None:
         callback_handler=None,
     )
     print(agent("Fetch example.com"))
-    cap.save(f"{PREFIX}_tool_error")
 
+
+def nested() -> None:
     agent = Agent(
         model=ScriptedModel("fake-outer-model"),
         tools=[ask_researcher],
@@ -191,7 +214,42 @@ def main() -> None:
         callback_handler=None,
     )
     print(agent("What is a keel?"))
-    cap.save(f"{PREFIX}_nested")
+
+
+def swarm() -> None:
+    triage = Agent(model=ScriptedModel("fake-triage-model"), name="triage", callback_handler=None)
+    expert = Agent(
+        model=ScriptedModel("fake-expert-model"),
+        tools=[lookup],
+        name="expert",
+        callback_handler=None,
+    )
+    print(Swarm([triage, expert])("What is a keel?").status)
+
+
+def max_tokens() -> None:
+    agent = Agent(
+        model=ScriptedModel("fake-truncated-model"),
+        tools=[lookup],
+        name="truncated_agent",
+        callback_handler=None,
+    )
+    try:
+        print(agent("What is a keel?"))
+    except MaxTokensReachedException as error:
+        print("stopped:", error)
+
+
+SCENARIOS = {"loop": loop, "tool_error": tool_error, "nested": nested, "swarm": swarm,
+             "max_tokens": max_tokens}  # fmt: skip
+
+
+def main() -> None:
+    for scenario, run in SCENARIOS.items():
+        if ONLY and scenario not in ONLY:
+            continue
+        run()
+        cap.save(f"{PREFIX}_{scenario}")
     cap.shutdown()
 
 

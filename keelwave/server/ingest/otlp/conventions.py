@@ -81,7 +81,16 @@ STEP_LIMITS = (
     "maxstepserror", "max steps", "max_steps", "usagelimitexceeded",
     "not able to resolve the task in",  # BeeAI's AgentError at its max_iterations
     "maximum number of turns",  # the Claude Agent SDK's ResultError at its max_turns
+    "llmcallslimitexceedederror",  # Google ADK's RunConfig(max_llm_calls=N)
+    "max iterations of",  # LlamaIndex's WorkflowRuntimeError: "Max iterations of 3 reached!"
 )  # fmt: skip
+# What a run stopped by its model's token limit says (exception types and messages,
+# lowercased): Strands' MaxTokensReachedException (its last answer was cut off), OpenAI's
+# context_length_exceeded (the prompt no longer fits).
+CONTEXT_LIMITS = ("maxtokensreachedexception", "context_length_exceeded")
+# Google ADK's span after a turn's parallel tool calls, ``execute_tool (merged)``: its
+# record of the calls it merged into one answer (each has a span of its own), no call.
+ADK_MERGED_TOOLS = "(merged tools)"
 
 
 def _metadata(span: Span) -> dict[str, Any]:
@@ -135,6 +144,8 @@ def role(span: Span) -> str:
         return OTHER if "langgraph_step" in metadata else AGENT
     if metadata.get("ls_integration") in GRAPHS and "langgraph_step" not in metadata:
         return AGENT  # a LangGraph graph (OpenInference calls it AGENT only by its name)
+    if attributes.get("gen_ai.tool.name") == ADK_MERGED_TOOLS:
+        return OTHER  # (its schema 1 gives it the input "N/A": every one would look alike)
     if operation == "execute_tool" or openinference == "TOOL" or traceloop == "tool":
         return TOOL
     if traceloop == "task" and "tool.name" in attributes:
@@ -267,18 +278,36 @@ def tool_name(span: Span) -> str:
     return str(name)
 
 
+# A Python object's default repr, ``<workflows.context.context.Context object at 0x7f…>``:
+# what an instrumentation writes for an object the framework passed to a tool itself.
+_OBJECT_REPR = re.compile(r"<[A-Za-z_][\w.]* object at 0x[0-9a-fA-F]+>")
+
+
+def _sent(kwargs: Any) -> Any:
+    """Keyword arguments without those the framework injected (LlamaIndex hands its
+    handoff tool the workflow's ``ctx``): an object's repr is no argument the model
+    sent, and its address differs on every call."""
+    if not isinstance(kwargs, dict):
+        return kwargs
+    return {
+        key: value
+        for key, value in kwargs.items()
+        if not (isinstance(value, str) and _OBJECT_REPR.fullmatch(value))
+    }
+
+
 def _envelope(value: Any) -> Any:
     """The call's own arguments out of an instrumentation's wrapping, or None if none."""
     if isinstance(value, dict):
         if "inputs" in value and ("input_str" in value or "kwargs" in value):
             return value["inputs"]  # OpenLLMetry's LangChain callback envelope
         if set(value) == {"kwargs"} and isinstance(value["kwargs"], dict):
-            return value["kwargs"]  # LlamaIndex's tool call (OpenInference)
+            return _sent(value["kwargs"])  # LlamaIndex's tool call (OpenInference)
         if "kwargs" in value and "args" in value and set(value) <= {
             "args", "kwargs", "sanitize_inputs_outputs"
         }:  # fmt: skip
-            return value["kwargs"] if not value["args"] else {
-                "args": value["args"], "kwargs": value["kwargs"]
+            return _sent(value["kwargs"]) if not value["args"] else {
+                "args": value["args"], "kwargs": _sent(value["kwargs"])
             }  # fmt: skip
         if set(value) == {"input", "options"} and isinstance(value["input"], dict):
             return value["input"]  # BeeAI's tool call (OpenInference)

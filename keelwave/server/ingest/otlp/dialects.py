@@ -19,11 +19,17 @@ OpenLLMetry). A few widely used ones have their own words for the same things:
   and ``gen_ai.completion``, an exception's type and traceback inside its message
   (``RuntimeError('…')Traceback (most recent call last): …``).
 
+One form belongs to no scope: the GenAI conventions' older event form of an
+inference's details, a ``gen_ai.client.inference.operation.details`` event carrying
+what the span's own attributes would (``gen_ai.input.messages``,
+``gen_ai.output.messages``…; Strands sends it with its latest conventions). Its
+attributes become the span's, where the span has none of that name.
+
 :func:`rewrite` moves their attributes to the names the other conventions use, once,
 as spans are decoded (decode.py): what is stored, and mapped again as more of a
 trace arrives, is already in the common words, so nothing downstream knows about
 dialects. It is idempotent: a rewritten span has nothing left to rewrite. Spans of
-other scopes are not looked at.
+other scopes are not looked at, but for that event.
 """
 
 from __future__ import annotations
@@ -52,6 +58,7 @@ _MLFLOW_KINDS = {
 _MLFLOW_AGENTS_RUNNER = "mlflow.openai.agent_run_root"
 _MLFLOW_AGENTS_RUNNER_NAME = "AgentRunner.run"
 _LANGSMITH_METADATA = "langsmith.metadata."
+OPERATION_DETAILS = "gen_ai.client.inference.operation.details"
 
 
 def rewrite(spans: list[Span]) -> list[Span]:
@@ -60,7 +67,23 @@ def rewrite(spans: list[Span]) -> list[Span]:
         rewriter = _BY_SCOPE.get(span.scope)
         if rewriter is not None:
             rewriter(span)
+        if span.events:
+            _operation_details(span)
     return spans
+
+
+def _operation_details(span: Span) -> None:
+    """The ``gen_ai.*`` attributes of the span's operation-details events as its own:
+    the span's own win, then the first event's (Strands sends the prompt and the answer
+    as two events). The events go: what they said is the span's now."""
+    if not any(event.name == OPERATION_DETAILS for event in span.events):
+        return
+    for event in span.events:
+        if event.name == OPERATION_DETAILS:
+            for key, value in event.attributes.items():
+                if key.startswith("gen_ai."):
+                    span.attributes.setdefault(key, value)
+    span.events = [event for event in span.events if event.name != OPERATION_DETAILS]
 
 
 def _decoded(value: Any) -> Any:

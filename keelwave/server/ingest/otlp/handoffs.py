@@ -6,8 +6,10 @@ Microsoft Agent Framework). What shows the handoff differs by instrumentation,
 and :func:`collect` gathers all of it for a trace: a span named for it
 (OpenInference's "handoff to X", a ``transfer_to_X`` tool), a span with
 ``gen_ai.handoff.to_agent`` (the Agents SDK's v2 instrumentor), a model call asking
-for a ``handoff_to_X`` tool that no tool span runs (Agent Framework). mapping.py
-then makes the target a child of the agent before it that said so.
+for a ``handoff_to_X`` tool that no tool span runs (Agent Framework), a call of a
+handoff tool that takes its target as an argument, ``agent_name`` (Google ADK's
+``transfer_to_agent``, Strands Swarm's ``handoff_to_agent``). mapping.py then makes
+the target a child of the agent before it that said so.
 """
 
 from __future__ import annotations
@@ -68,19 +70,32 @@ def collect(
     a span named for one ("handoff to X", a "transfer_to_X" tool: OpenInference), the
     GenAI ``gen_ai.handoff.to_agent`` (the OpenAI Agents SDK's v2 instrumentor's
     ``agent_handoff`` span), a model call asking for a ``handoff_to_X`` or
-    ``transfer_to_X`` tool that no tool span runs (Microsoft Agent Framework)."""
+    ``transfer_to_X`` tool that no tool span runs (Microsoft Agent Framework), a call
+    of ``transfer_to_agent`` / ``handoff_to_agent`` (its tool span, or the model's
+    request for it) with the target in its ``agent_name`` argument (Google ADK,
+    Strands Swarm)."""
     found: Said = {}
     for span_id, span in unique.items():
         texts: list[tuple[str | None, str]] = []
         name = span.name.lower()
-        if "handoff" in name or "transfer" in name:
+        if roles[span_id] == c.TOOL and c.tool_name(span).lower() in _BY_ARGUMENT:
+            # (not by its name: "transfer_to_agent" names no agent, "agent" at most)
+            target = _argument_target(c.tool_input(span))
+            if target is not None:
+                texts.append((target, name))
+        elif "handoff" in name or "transfer" in name:
             texts.append((None, name))  # ("handoff to researcher", "transfer_to_billing")
         target = span.attributes.get("gen_ai.handoff.to_agent")
         if target:
             texts.append((str(target).lower(), name))
         if roles[span_id] == c.MODEL and _mentions(span):
-            for tool, _, _ in requested.tool_calls(span):
+            for tool, raw, _ in requested.tool_calls(span):
                 tool = tool.lower()
+                if tool in _BY_ARGUMENT:
+                    target = _argument_target(c.arguments_json(raw))
+                    if target is not None:
+                        texts.append((target, tool))
+                    continue
                 for prefix in _TOOL_PREFIXES:
                     if tool.startswith(prefix):
                         texts.append((tool.removeprefix(prefix), tool))
@@ -90,6 +105,17 @@ def collect(
 
 
 _TOOL_PREFIXES = ("handoff_to_", "transfer_to_")  # a handoff tool's name before its target's
+# Handoff tools that name their target in an argument, not in their name: Google ADK's
+# and Strands Swarm's.
+_BY_ARGUMENT = frozenset(("transfer_to_agent", "handoff_to_agent"))
+_TARGET_ARGUMENT = "agent_name"
+
+
+def _argument_target(arguments: bytes | None) -> str | None:
+    """The agent a handoff tool's arguments name (``agent_name``), lowercased."""
+    parsed = c.json_value(arguments.decode()) if arguments is not None else None
+    target = parsed.get(_TARGET_ARGUMENT) if isinstance(parsed, dict) else None
+    return target.lower() if isinstance(target, str) and target else None
 
 
 def _mentions(span: Span) -> bool:

@@ -39,7 +39,8 @@ of it arrives.
   for a wrapper span that stays OK, when the agent inside it failed),
   ``max_steps_reached`` for a framework's step limit (an exception on the
   agent's own spans, an ``exit_reason``, the Vercel AI SDK's ``stopWhen``),
-  ``context_limit`` when its last model call ran out of tokens, else ``clean``.
+  ``context_limit`` for a token-limit exception there or, in a run that did not
+  fail, when its last model call ran out of tokens, else ``clean``.
 """
 
 from __future__ import annotations
@@ -598,14 +599,22 @@ def _finish(
     failures = [span, *(s for s in children if _role(s, memo) in (c.AGENT, c.OTHER))]
     kinds = [kind.lower() for failed in failures for kind in c.exception_types(failed)]
     error = c.error(span)
+    # A step limit first: it says why the agent stopped, whatever else went wrong. Then
+    # the model's token limit: raised (Strands fails the run when an answer is cut off),
+    # or the last answer cut off in a run that did not fail. Any other failure: error.
+    ran_out = any(limit in kind for kind in kinds for limit in c.CONTEXT_LIMITS)
     if any(limit in kind for kind in kinds for limit in c.STEP_LIMITS) or _said_to_stop(
         run, span, children
     ):
         run.termination_reason = "max_steps_reached"
+    elif ran_out or (
+        not error
+        and run.calls
+        and not model_calls.LENGTH_REASONS.isdisjoint(run.calls[-1].finish_reasons)
+    ):
+        run.termination_reason = "context_limit"
     elif error:
         run.termination_reason = "error"
-    elif run.calls and not model_calls.LENGTH_REASONS.isdisjoint(run.calls[-1].finish_reasons):
-        run.termination_reason = "context_limit"
     else:
         run.termination_reason = "clean"
     run.error = error

@@ -53,6 +53,8 @@ def model_call(span: Span) -> dict[str, Any]:
     finish = first_of(
         a, "gen_ai.response.finish_reasons", "gen_ai.response.finish_reason", "llm.finish_reason"
     )
+    if finish is None:
+        finish = _answers_finish_reasons(span)
     model = str(
         first_of(a, "gen_ai.response.model", "gen_ai.request.model", "llm.model_name") or "unknown"
     )
@@ -92,6 +94,26 @@ def finish_reasons(value: Any) -> list[str]:
         value = parsed if isinstance(parsed, list) else value
     items = value if isinstance(value, list) else [value] if value else []
     return [str(item).lower().rpartition("finishreason.")[2] for item in items if item]
+
+
+def _answers_finish_reasons(span: Span) -> list[Any]:
+    """The finish reasons written only beside the answer, not as an attribute of their
+    own (Strands): each ``gen_ai.choice`` event's ``finish_reason``, else each message
+    of ``gen_ai.output.messages``."""
+    reasons = [
+        event.attributes["finish_reason"]
+        for event in span.events
+        if event.name == "gen_ai.choice" and event.attributes.get("finish_reason")
+    ]
+    if reasons:
+        return reasons
+    answer = json_value(span.attributes.get("gen_ai.output.messages"))
+    messages = answer if isinstance(answer, list) else []
+    return [
+        message["finish_reason"]
+        for message in messages
+        if isinstance(message, dict) and message.get("finish_reason")
+    ]
 
 
 # Finish reasons of a model call stopped by its token limit: OpenAI's, Anthropic's and

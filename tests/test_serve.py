@@ -368,3 +368,29 @@ def test_ctrl_c_while_the_workers_start_stops_cleanly(fresh_db_url: str, tmp_pat
     assert "Traceback" not in errors and "could not start" not in errors, errors
     assert process.returncode == 0, errors
     assert "Stopped." in out
+
+
+def test_a_body_in_an_encoding_the_server_cannot_read_is_one_log_line(
+    fresh_db_url: str, tmp_path: Path
+) -> None:
+    """aiohttp refuses brotli and zstd bodies itself, before any handler, and logged a
+    traceback for each: the server's terminal is for the operator, and a client's odd
+    header is one line there."""
+    server = ServeProcess("--database-url", fresh_db_url, log=tmp_path / "serve.log")
+    try:
+        key = server.printed_key
+        for path, encoding in (("/v1/traces", "br"), ("/v1/ingest/agent/runs", "zstd")):
+            answer = httpx.post(
+                server.url + path,
+                content=b"{}",
+                headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json",
+                         "Content-Encoding": encoding},
+            )  # fmt: skip
+            assert answer.status_code == 400, answer.text
+    finally:
+        code, _ = server.stop()
+        server.kill()
+    log = server.stderr()
+    assert "Traceback" not in log, log
+    assert log.count("content-encoding") == 2, log
+    assert code == 0

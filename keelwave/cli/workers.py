@@ -34,6 +34,7 @@ from typing import Any
 
 from keelwave.cli.server_loop import run as run_loop
 from keelwave.cli.server_loop import serve_app
+from keelwave.server.http.errors import client_faults_in_one_line
 from keelwave.server.ingest.pricing import PriceTable
 from keelwave.settings import Settings
 
@@ -57,6 +58,7 @@ def configure_logging(level: str) -> None:
     fresh interpreter, which logs nothing below a warning unless told."""
     logging.basicConfig(level=level.upper(), format=LOG_FORMAT)
     logging.getLogger("alembic").setLevel(logging.WARNING)
+    logging.getLogger("aiohttp.server").addFilter(client_faults_in_one_line)
 
 
 def start(

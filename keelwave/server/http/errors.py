@@ -15,6 +15,7 @@ import msgspec
 import psycopg
 import psycopg_pool
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from keelwave.server.http.responses import json_response
 from keelwave.server.store import refusals
@@ -90,6 +91,19 @@ def refused(cause: str) -> ApiError:
         "server's operator fixes the database (the server log says the same)",
         headers={"Retry-After": str(REFUSED_RETRY_AFTER)},
     )
+
+
+def client_faults_in_one_line(record: logging.LogRecord) -> bool:
+    """A filter for aiohttp's server log: a request aiohttp refused before any handler
+    saw it (a body in an encoding it cannot read: brotli, zstd) is the client's fault,
+    answered 400 already; it was logged as an error with a traceback. One line now."""
+    error = record.exc_info[1] if record.exc_info else None
+    if isinstance(error, HttpProcessingError) and 400 <= (error.code or 0) < 500:
+        reason = " ".join(str(error.message).split())
+        record.msg, record.args = "refused a request (%s): %s", (error.code, reason)
+        record.exc_info = record.exc_text = None
+        record.levelno, record.levelname = logging.WARNING, "WARNING"
+    return True
 
 
 def unreadable_body(error: web.RequestPayloadError) -> ApiError:

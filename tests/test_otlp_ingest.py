@@ -586,6 +586,11 @@ async def test_failures_answer_as_otlp_says(api, project) -> None:
         )
         assert status == 400 and detail["code"] == 3, detail
         assert encoding in detail["message"]
+    # an encoding aiohttp does not undo would reach the decoder still encoded
+    status, detail, _ = await failure(
+        api, plain, headers(key, PROTOBUF, **{"Content-Encoding": "compress"})
+    )
+    assert status == 415 and "compress" in detail["message"], detail
 
 
 async def test_a_json_attribute_without_its_key_is_read_as_protobuf_reads_it(api, project) -> None:

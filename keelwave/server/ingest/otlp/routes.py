@@ -28,6 +28,8 @@ INGEST_KEY = web.AppKey("otlp_ingest", export.TraceIngest)
 
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
+# What aiohttp undoes as it reads a body (OTLP exporters send gzip or nothing).
+_ENCODINGS = ("", "identity", "gzip", "deflate")
 # gRPC status codes, which google.rpc.Status carries, by HTTP status.
 _GRPC_CODES = {400: 3, 401: 16, 403: 7, 404: 5, 413: 8, 415: 3, 422: 3, 429: 8, 503: 14}
 
@@ -120,6 +122,13 @@ async def _export(request: web.Request, media: str, as_json: bool) -> web.Respon
             415,
             "unsupported_media_type",
             f"Content-Type {media or '(none)'!r} is not OTLP: send {PROTOBUF} or {JSON}",
+        )
+    encoding = request.headers.get("Content-Encoding", "").strip().lower()
+    if encoding not in _ENCODINGS:  # (aiohttp would hand the bytes on still encoded)
+        raise ApiError(
+            415,
+            "unsupported_media_type",
+            f"Content-Encoding {encoding!r} is not supported: send gzip, deflate or none",
         )
     principal = await request.app[appkeys.KEYSTORE].authenticate(request, INGEST)
     body = await request.read()

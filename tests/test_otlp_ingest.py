@@ -533,6 +533,30 @@ async def test_tool_calls_arriving_before_their_agent_make_a_running_run_it_then
     assert stored(db_url, project.id)["run_rollups"] == rollups_recomputed(db_url, project.id)
 
 
+async def test_a_run_whose_agent_span_has_not_arrived_is_from_spans_and_still_going(
+    api, project
+) -> None:
+    """A run made of tool and model spans alone, its agent span missing (OpenLLMetry's
+    LlamaIndex never sends it when the run raises): the API says it comes from spans and
+    has no duration yet (not 0); its agent span then gives it one."""
+    doc = document("pydanticai_loop")
+    spans = spans_of(doc)
+    agent = [item for item in spans if not item[2].get("parentSpanId")]
+    early = [item for item in spans if item not in agent]
+    assert (await send(api, project.keys["ingest"], export_of(doc, early)))[0] == 200
+    [listed] = (await runs_of(api, project))["data"]
+    path = f"/v1/projects/{project.name}/agent/runs/{listed['id']}"
+    status, body, _ = await api.get(path, headers=project.auth())
+    assert status == 200
+    run = body["data"]
+    assert run["from_spans"] is True and run["status"] == "running"
+    assert (run["duration_ms"], run["ended_at"], listed["duration_ms"]) == (None, None, None)
+    assert run["metadata"]["otel.trace_id"] == agent[0][2]["traceId"]
+    assert (await send(api, project.keys["ingest"], export_of(doc, agent)))[0] == 200
+    status, body, _ = await api.get(path, headers=project.auth())
+    assert body["data"]["from_spans"] is True and body["data"]["duration_ms"] > 0
+
+
 @pytest.mark.parametrize("encoding", ["gzip", "deflate"])
 async def test_compressed_exports(api, project, encoding: str) -> None:
     raw = to_protobuf(document("strands_loop"))

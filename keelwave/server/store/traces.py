@@ -666,6 +666,12 @@ DELETE FROM otlp_runs WHERE project_id = %(project_id)s AND run_id = ANY(%(ids)b
 # one else inserts them meanwhile). A run the reaper timed out while its agent span
 # had not arrived stays timed out until that span says how it ended.
 _KEEP_TIMEOUT = "i.reason IS NULL AND r.termination_reason = 'timeout'"
+# A run's length once it has ended; NULL while it is going (greatest() skips a NULL: it
+# would say 0 for a run without an end).
+_DURATION = (
+    "CASE WHEN i.ended_at IS NOT NULL"
+    " THEN greatest(0, extract(epoch FROM i.ended_at - i.started_at) * 1000) END"
+)
 UPSERT_RUNS = f"""
 WITH input AS (
     SELECT * FROM unnest(
@@ -684,9 +690,7 @@ WITH input AS (
         ended_at = CASE WHEN {_KEEP_TIMEOUT} THEN r.ended_at ELSE i.ended_at END,
         termination_reason = CASE WHEN {_KEEP_TIMEOUT} THEN r.termination_reason
                                   ELSE i.reason END,
-        duration_ms = CASE WHEN {_KEEP_TIMEOUT} THEN r.duration_ms
-                           ELSE greatest(0, extract(epoch FROM i.ended_at - i.started_at) * 1000)
-                      END,
+        duration_ms = CASE WHEN {_KEEP_TIMEOUT} THEN r.duration_ms ELSE {_DURATION} END,
         loop_detected = i.loop_detected, loop_step_index = i.loop_step_index,
         input = i.input::json, output = i.output::json, metadata = i.metadata::json,
         error = i.error, error_traceback = i.error_traceback, step_count = i.steps,
@@ -702,7 +706,7 @@ INSERT INTO agent_runs (project_id, id, agent_name, parent_run_id, started_at, e
                         output, metadata, error, step_count, llm_calls, input_tokens,
                         output_tokens, cost_usd, last_activity_at, error_traceback)
 SELECT %(project_id)s, i.id, i.agent_name, i.parent_run_id, i.started_at, i.ended_at, i.reason,
-       greatest(0, extract(epoch FROM i.ended_at - i.started_at) * 1000), i.loop_detected,
+       {_DURATION}, i.loop_detected,
        i.loop_step_index, i.input::json, i.output::json, i.metadata::json, i.error, i.steps,
        i.calls, i.input_tokens, i.output_tokens, i.cost_usd, now(), i.error_traceback
 FROM input i WHERE i.id NOT IN (SELECT id FROM updated)

@@ -35,6 +35,14 @@ Scenarios (one fixture each), all with
                     OpenInference renders differently in input.value (one string
                     argument, one integer argument, an argument named "input", several
                     arguments, non-ASCII text)
+  supervisor        a StateGraph named "supervisor": a plain node, then a ReAct agent
+                    "researcher" as a subgraph node (it calls lookup once)
+  supervisor_llm    the same, its first node a router that calls the model itself
+  interrupt         the tool calls langgraph.types.interrupt() (human in the loop, with a
+                    checkpointer): the graph pauses and invoke returns
+
+``python langgraph_react.py INSTRUMENTATION SCENARIO…`` saves only the scenarios named
+(every scenario still runs).
 """
 
 from __future__ import annotations
@@ -47,10 +55,14 @@ from _otlp import Capture
 from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.tools import tool
+from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.errors import GraphRecursionError
+from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, create_react_agent
+from langgraph.types import interrupt
 
 INSTRUMENTATION = sys.argv[1] if len(sys.argv) > 1 else "openinference"
+ONLY = set(sys.argv[2:])  # scenarios to save (all if none named)
 cap = Capture(f"keelwave-capture-langgraph-{INSTRUMENTATION}")
 if INSTRUMENTATION == "openinference":
     from openinference.instrumentation.langchain import LangChainInstrumentor
@@ -246,33 +258,75 @@ shapes_first = AIMessage(
 shapes_model = ScriptedChatModel(responses=[shapes_first] * 5 + [answer("Done.", 5)])
 
 
+router_model = ScriptedChatModel(
+    model_name="fake-router-model", responses=[answer("Send it to the researcher.", 0)]
+)
+hitl_model = ScriptedChatModel(
+    responses=[call("approve", {"action": "deploy"}, "call_0", 0), answer("Deployed.", 1)]
+)
+
+
+@tool
+def approve(action: str) -> str:
+    """Ask a human to approve an action."""
+    return interrupt({"action": action})
+
+
+def supervisor_graph(router: bool):
+    """A supervisor StateGraph: its first node (plain, or a router calling the model),
+    then a ReAct agent as a subgraph node."""
+    sub = create_react_agent(inner_model, [lookup], name="researcher")
+
+    def supervise(state: MessagesState) -> dict:
+        if router:
+            return {"messages": [router_model.invoke([("user", "Who should answer?")])]}
+        return {"messages": [("ai", "delegating")]}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("supervise", supervise)
+    graph.add_node("researcher", sub)
+    graph.add_edge(START, "supervise")
+    graph.add_edge("supervise", "researcher")
+    graph.add_edge("researcher", END)
+    return graph.compile(name="supervisor")
+
+
+def save(scenario: str) -> None:
+    """Write the scenario's fixture, if asked for; drop its spans either way."""
+    if not ONLY or scenario in ONLY:
+        cap.save(f"{PREFIX}_{scenario}")
+    else:
+        cap.provider.force_flush()
+        cap.exporter.clear()
+
+
 def main() -> None:
     agent = create_react_agent(
         loop_model, [get_weather], name="weather_agent", prompt="Answer weather questions."
     )
     print(agent.invoke({"messages": [("user", "Weather in Paris?")]})["messages"][-1].content)
-    cap.save(f"{PREFIX}_loop")
+    save("loop")
 
     agent = create_react_agent(error_model, [fetch_page], name="fetch_agent")
     try:
         agent.invoke({"messages": [("user", "Fetch example.com")]})
     except RuntimeError as exc:
         print("run failed as intended:", exc)
-    cap.save(f"{PREFIX}_tool_error")
+    save("tool_error")
 
     agent = create_react_agent(
         error_model, ToolNode([fetch_page], handle_tool_errors=True), name="fetch_agent"
     )
     print(agent.invoke({"messages": [("user", "Fetch example.com")]})["messages"][-1].content)
-    cap.save(f"{PREFIX}_tool_error_handled")
+    save("tool_error_handled")
 
     agent = create_react_agent(outer_model, [ask_researcher], name="coordinator")
     print(agent.invoke({"messages": [("user", "What is a keel?")]})["messages"][-1].content)
-    cap.save(f"{PREFIX}_nested")
+    save("nested")
 
     agent = create_react_agent(parallel_model, [get_weather], name="weather_agent")
     print(agent.invoke({"messages": [("user", "Weather in Oslo?")]})["messages"][-1].content)
-    cap.save(f"{PREFIX}_parallel")
+    save("parallel")
 
     agent = create_react_agent(loop_model, [get_weather], name="weather_agent")
     try:
@@ -280,13 +334,26 @@ def main() -> None:
         print(result["messages"][-1].content)
     except GraphRecursionError as exc:
         print("run failed:", type(exc).__name__)
-    cap.save(f"{PREFIX}_step_limit")
+    save("step_limit")
 
     agent = create_react_agent(
         shapes_model, [search, square, echo, get_weather], name="shapes_agent"
     )
     print(agent.invoke({"messages": [("user", "Try every tool.")]})["messages"][-1].content)
-    cap.save(f"{PREFIX}_arg_shapes")
+    save("arg_shapes")
+
+    for router in (False, True):
+        result = supervisor_graph(router).invoke({"messages": [("user", "What is a keel?")]})
+        print(result["messages"][-1].content)
+        save("supervisor_llm" if router else "supervisor")
+
+    agent = create_react_agent(
+        hitl_model, [approve], name="hitl_agent", checkpointer=InMemorySaver()
+    )
+    config = {"configurable": {"thread_id": "t1"}}
+    result = agent.invoke({"messages": [("user", "Deploy it.")]}, config)
+    print("paused for a human:", result.get("__interrupt__"))
+    save("interrupt")
     cap.shutdown()
 
 

@@ -43,6 +43,15 @@ Scenarios (one fixture each):
   agent_as_tool     an orchestrator calls another agent through Agent.as_tool
   chatcompletions   the loop scenario with OpenAIChatCompletionsModel (generation spans)
   custom_model      the loop scenario with a hand-written Model subclass (no model spans)
+  length            the tool once, then an answer cut off at the model's token limit: the
+                    Responses API says status "incomplete", incomplete_details reason
+                    "max_output_tokens", and Runner.run raises ModelBehaviorError (its
+                    usage reports reasoning tokens: 7 of each call's output tokens)
+  guardrail         an input guardrail (run_in_parallel=False) trips before any model
+                    call: Runner.run raises InputGuardrailTripwireTriggered
+
+``python openaiagents.py INSTRUMENTATION SCENARIO…`` saves only the scenarios named
+(every scenario still runs).
 """
 
 from __future__ import annotations
@@ -56,13 +65,17 @@ from pathlib import Path
 from _otlp import Capture
 from agents import (
     Agent,
+    GuardrailFunctionOutput,
+    InputGuardrailTripwireTriggered,
     MaxTurnsExceeded,
+    ModelBehaviorError,
     ModelResponse,
     OpenAIChatCompletionsModel,
     OpenAIResponsesModel,
     Runner,
     Usage,
     function_tool,
+    input_guardrail,
 )
 from agents.models.interface import Model
 from openai import AsyncOpenAI
@@ -78,6 +91,7 @@ except ImportError:
     import httpx
 
 INSTRUMENTATION = sys.argv[1] if len(sys.argv) > 1 else "openinference"
+ONLY = set(sys.argv[2:])  # scenarios to save (all if none named)
 cap = Capture(f"keelwave-capture-openaiagents-{INSTRUMENTATION}")
 if INSTRUMENTATION == "openinference":
     from openinference.instrumentation.openai_agents import OpenAIAgentsInstrumentor
@@ -131,13 +145,13 @@ LOOP_ARGS = '{"city": "Paris",  "unit": "celsius"}'
 # --- the fake OpenAI HTTP API ----------------------------------------------------------
 
 
-def _usage(turn: int) -> dict:
+def _usage(turn: int, reasoning: int = 0) -> dict:
     return {
         "input_tokens": 100 + 10 * turn,
-        "output_tokens": 20 + turn,
+        "output_tokens": 20 + turn,  # (reasoning included, as OpenAI counts)
         "total_tokens": 120 + 11 * turn,
         "input_tokens_details": {"cached_tokens": 5 * turn},
-        "output_tokens_details": {"reasoning_tokens": 0},
+        "output_tokens_details": {"reasoning_tokens": reasoning},
     }
 
 
@@ -184,6 +198,12 @@ def _responses_script(model: str, turn: int, outputs: list[str]) -> list[dict]:
         return [_text(f"Researcher says: {outputs[-1]}")]
     if model == "fake-researcher-model":
         return [_text("A keel is the backbone of a ship.")]
+    if model == "fake-verbose-model":
+        if turn < 1:
+            return [_call("get_weather", '{"city":"Oslo"}', turn)]
+        return [_text("Once upon a time, in Oslo, the weather")]
+    if model == "fake-guarded-model":
+        return [_text("Never asked.")]
     raise AssertionError(model)
 
 
@@ -197,6 +217,9 @@ def _responses(body: dict) -> dict:
     turn = len(own)
     # The real API echoes the request's settings (instructions, tools…) in the response.
     echoed = {k: body[k] for k in _ECHOED if k in body}
+    verbose = body["model"] == "fake-verbose-model"
+    # Its answer after the tool is cut off at the token limit: an incomplete response.
+    cut_off = {"status": "incomplete", "incomplete_details": {"reason": "max_output_tokens"}}
     return {
         "parallel_tool_calls": True,
         "tool_choice": "auto",
@@ -208,7 +231,8 @@ def _responses(body: dict) -> dict:
         "model": body["model"] + "-2026-01-01",
         "status": "completed",
         "output": _responses_script(body["model"], turn, outputs),
-        "usage": _usage(turn),
+        "usage": _usage(turn, reasoning=7 if verbose else 0),
+        **(cut_off if verbose and turn >= 1 else {}),
     }
 
 
@@ -303,6 +327,11 @@ def fetch_page_fatal(url: str) -> str:
     raise RuntimeError(f"connection refused: {url}")
 
 
+@input_guardrail(run_in_parallel=False)  # (before the model is called: no model span)
+async def block_everything(ctx, agent, user_input) -> GuardrailFunctionOutput:
+    return GuardrailFunctionOutput(output_info="blocked", tripwire_triggered=True)
+
+
 # --- a hand-written Model ------------------------------------------------------------------
 
 
@@ -363,6 +392,15 @@ class ScriptedModel(Model):
         raise NotImplementedError
 
 
+def save(scenario: str) -> None:
+    """Write the scenario's fixture, if asked for; drop its spans either way."""
+    if not ONLY or scenario in ONLY:
+        cap.save(f"{PREFIX}_{scenario}")
+    else:
+        cap.provider.force_flush()
+        cap.exporter.clear()
+
+
 async def mcp_loop() -> None:
     from agents.mcp import MCPServerStdio
 
@@ -376,7 +414,7 @@ async def mcp_loop() -> None:
             mcp_servers=[weather],
         )
         print((await Runner.run(agent, "Weather in Paris?")).final_output)
-    cap.save(f"{PREFIX}_loop")
+    save("loop")
     cap.shutdown()
 
 
@@ -390,11 +428,11 @@ async def main() -> None:
         tools=[get_weather],
     )
     print((await Runner.run(agent, "Weather in Paris?")).final_output)
-    cap.save(f"{PREFIX}_loop")
+    save("loop")
 
     agent = Agent(name="fetch_agent", model=responses_model("fake-error-model"), tools=[fetch_page])
     print((await Runner.run(agent, "Fetch example.com")).final_output)
-    cap.save(f"{PREFIX}_tool_error")
+    save("tool_error")
 
     agent = Agent(
         name="fetch_agent", model=responses_model("fake-error-model"), tools=[fetch_page_fatal]
@@ -403,7 +441,7 @@ async def main() -> None:
         await Runner.run(agent, "Fetch example.com")
     except Exception as exc:
         print("run failed as intended:", type(exc).__name__, exc)
-    cap.save(f"{PREFIX}_tool_error_fatal")
+    save("tool_error_fatal")
 
     agent = Agent(
         name="weather_agent", model=responses_model("fake-loop-model"), tools=[get_weather]
@@ -412,7 +450,7 @@ async def main() -> None:
         await Runner.run(agent, "Weather in Paris?", max_turns=2)
     except MaxTurnsExceeded as exc:
         print("run failed as intended:", type(exc).__name__, exc)
-    cap.save(f"{PREFIX}_max_turns")
+    save("max_turns")
 
     specialist = Agent(
         name="weather_specialist",
@@ -424,7 +462,7 @@ async def main() -> None:
         name="triage_agent", model=responses_model("fake-triage-model"), handoffs=[specialist]
     )
     print((await Runner.run(triage, "Weather in Oslo?")).final_output)
-    cap.save(f"{PREFIX}_handoff")
+    save("handoff")
 
     researcher = Agent(name="researcher", model=responses_model("fake-researcher-model"))
     orchestrator = Agent(
@@ -433,7 +471,7 @@ async def main() -> None:
         tools=[researcher.as_tool("ask_researcher", "Ask the research agent.")],
     )
     print((await Runner.run(orchestrator, "What is a keel?")).final_output)
-    cap.save(f"{PREFIX}_agent_as_tool")
+    save("agent_as_tool")
 
     agent = Agent(
         name="weather_agent",
@@ -441,11 +479,32 @@ async def main() -> None:
         tools=[get_weather],
     )
     print((await Runner.run(agent, "Weather in Paris?")).final_output)
-    cap.save(f"{PREFIX}_chatcompletions")
+    save("chatcompletions")
 
     agent = Agent(name="weather_agent", model=ScriptedModel(), tools=[get_weather])
     print((await Runner.run(agent, "Weather in Paris?")).final_output)
-    cap.save(f"{PREFIX}_custom_model")
+    save("custom_model")
+
+    agent = Agent(
+        name="verbose_agent", model=responses_model("fake-verbose-model"), tools=[get_weather]
+    )
+    try:
+        await Runner.run(agent, "Tell me a story about Oslo's weather.")
+    except ModelBehaviorError as exc:
+        print("run failed as intended:", type(exc).__name__, exc)
+    save("length")
+
+    agent = Agent(
+        name="guarded_agent",
+        model=responses_model("fake-guarded-model"),
+        tools=[get_weather],
+        input_guardrails=[block_everything],
+    )
+    try:
+        await Runner.run(agent, "Weather in Paris?")
+    except InputGuardrailTripwireTriggered as exc:
+        print("run failed as intended:", type(exc).__name__)
+    save("guardrail")
     cap.shutdown()
 
 

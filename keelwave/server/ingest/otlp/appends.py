@@ -141,7 +141,7 @@ def map_more(
     if smallest.span_id < state.first_id:  # (as mapping._run names a provisional run)
         state.first_id = smallest.span_id
         run.agent_name = str(smallest.resource.get("service.name") or "") or "agent"
-        run.metadata = c.resource_metadata(smallest)
+        run.metadata = c.provisional_metadata(smallest, run.span_id)
     state.span_ids.update(span.span_id for span in new)
     state.last = mapping._start(new[-1])
     return [run]

@@ -86,8 +86,10 @@ STEP_LIMITS = (
 )  # fmt: skip
 # What a run stopped by its model's token limit says (exception types and messages,
 # lowercased): Strands' MaxTokensReachedException (its last answer was cut off), OpenAI's
-# context_length_exceeded (the prompt no longer fits).
-CONTEXT_LIMITS = ("maxtokensreachedexception", "context_length_exceeded")
+# context_length_exceeded (the prompt no longer fits), and the Responses API's incomplete
+# answer, which the OpenAI Agents SDK raises on ("incomplete_details=IncompleteDetails(
+# reason='max_output_tokens')").
+CONTEXT_LIMITS = ("maxtokensreachedexception", "context_length_exceeded", "max_output_tokens")
 # Google ADK's span after a turn's parallel tool calls, ``execute_tool (merged)``: its
 # record of the calls it merged into one answer (each has a span of its own), no call.
 ADK_MERGED_TOOLS = "(merged tools)"
@@ -405,11 +407,34 @@ def tool_output(span: Span) -> bytes | None:
         if parsed is _NOT_JSON:
             return canonical_json(raw).encode()
         if isinstance(parsed, dict) and set(parsed) >= {"output"} and "kwargs" in parsed:
-            return canonical_json(parsed["output"]).encode()
+            return canonical_json(_message_content(parsed["output"])).encode()
+        if _is_serialized_message(parsed):
+            return canonical_json(parsed["kwargs"]["content"]).encode()
         if _is_tool_call_result(parsed):
             return canonical_json(parsed["tool_output"]).encode()
         return raw.encode()
     return canonical_json(raw).encode()
+
+
+def _is_serialized_message(value: Any) -> bool:
+    """LangChain's serialization of a message (``{"lc": 1, "type": "constructor", "id":
+    ["langchain", "schema", "messages", "ToolMessage"], "kwargs": {"content": …}}``), which
+    OpenLLMetry writes as a LangGraph tool's output: the tool's answer is its content."""
+    if not isinstance(value, dict) or value.get("type") != "constructor" or "lc" not in value:
+        return False
+    path, kwargs = value.get("id"), value.get("kwargs")
+    return (
+        isinstance(path, list)
+        and bool(path)
+        and str(path[-1]).endswith("Message")
+        and isinstance(kwargs, dict)
+        and "content" in kwargs
+    )
+
+
+def _message_content(value: Any) -> Any:
+    """A LangChain message's content where ``value`` is one serialized, else ``value``."""
+    return value["kwargs"]["content"] if _is_serialized_message(value) else value
 
 
 def _is_tool_call_result(value: Any) -> bool:
@@ -526,6 +551,17 @@ def resource_metadata(span: Span) -> dict[str, Any]:
     return dict(span.resource)
 
 
+def provisional_metadata(member: Span, run_span_id: bytes) -> dict[str, Any]:
+    """The metadata of a run whose agent span has not arrived, read from one of its
+    members: the resource's attributes and where the run comes from, its trace and the
+    id of the span it waits for (what run_metadata gives once that span is in; the
+    API's ``from_spans`` reads ``otel.trace_id``)."""
+    kept = resource_metadata(member)
+    kept["otel.trace_id"] = member.trace_id.hex()
+    kept["otel.span_id"] = run_span_id.hex()
+    return kept
+
+
 def run_metadata(span: Span) -> dict[str, Any]:
     """A run's metadata: its resource's attributes, then its span's attributes that
     are not mapped onto a field of their own, and where it came from."""
@@ -561,10 +597,25 @@ def _failure(event: Event, span: Span) -> bool:
 
 
 _CANCELLATIONS = ("CancelledError", "GeneratorExit")
+# LangGraph's control flow, raised through the spans of the node and tool it leaves
+# (its GraphBubbleUp family): interrupt() pausing the graph for a human, a Command sent
+# to the parent graph. The graph paused or moved on; nothing failed.
+_GRAPH_CONTROL_FLOW = ("GraphInterrupt", "NodeInterrupt", "ParentCommand", "GraphBubbleUp")
+
+
+def control_flow(span: Span) -> bool:
+    """Whether the span's exception, or its ``error.type``, is LangGraph's control flow
+    (an interrupt), which instrumentations record as an error."""
+    kinds = [event.attributes.get("exception.type") for event in span.events]
+    kinds.append(span.attributes.get("error.type"))
+    return any(isinstance(kind, str) and kind.endswith(_GRAPH_CONTROL_FLOW) for kind in kinds)
 
 
 def error(span: Span) -> str | None:
-    """What went wrong, if the span failed: its exception, else its status message."""
+    """What went wrong, if the span failed: its exception, else its status message.
+    (None for LangGraph's interrupts: control_flow.)"""
+    if (span.status_code == 2 or span.events) and control_flow(span):
+        return None
     for event in span.events:
         if _failure(event, span):
             # (a type left empty, as MLflow records the OpenAI Agents SDK's errors: the
@@ -609,6 +660,8 @@ def exception_types(span: Span) -> list[str]:
 
 def stacktrace(span: Span) -> str | None:
     """The traceback of the span's exception event (``exception.stacktrace``), if any."""
+    if span.events and control_flow(span):
+        return None
     for event in span.events:
         if _failure(event, span):
             trace = event.attributes.get("exception.stacktrace")

@@ -13,9 +13,10 @@ of it arrives.
   run is the parent run, except for the target of a handoff, whose parent is
   the agent before it that shows the handoff (a span named for it, a
   ``gen_ai.handoff.to_agent``, a model call asking for ``handoff_to_X``). A
-  LangGraph graph invoked in a tool is a run (a child of the tool's run). A
-  trace with no agent span is one run, from its root (if it has any tool or
-  model span at all: other traces make no run).
+  LangGraph graph invoked in a tool is a run (a child of the tool's run), and so
+  is a GenAI workflow with model or tool calls of its own outside its agents
+  (structure.workflows_with_work). A trace with no agent span is one run, from
+  its root (if it has any tool or model span at all: other traces make no run).
 - Spans arrive children first: a tool span whose ancestors have not all
   arrived yet belongs, for now, to a *provisional* run keyed by the nearest
   ancestor still missing, which is usually the agent span itself. The run
@@ -36,7 +37,9 @@ of it arrives.
 - Loops: ``loop_step_index`` is the step where the first repetition of a
   fingerprint began (its first occurrence), as the SDKs report it.
 - It is finished when its span has ended: ``error`` when the span failed (or,
-  for a wrapper span that stays OK, when the agent inside it failed),
+  for a wrapper span that stays OK, when the agent inside it failed, or when the
+  run ended on a failure its span does not show: its last model call, or the
+  framework's last span right under it; LangGraph's interrupts are no failures),
   ``max_steps_reached`` for a framework's step limit (an exception on the
   agent's own spans, an ``exit_reason``, the Vercel AI SDK's ``stopWhen``),
   ``context_limit`` for a token-limit exception there or, in a run that did not
@@ -142,6 +145,7 @@ def map_trace(spans: list[Span], memo: Memo | None = None) -> list[MappedRun]:
     structure.work_beside_agents(unique, roles)
     structure.parts_of_agents(unique, roles)
     structure.graphs_in_tools(unique, roles)
+    structure.workflows_with_work(unique, roles)
     structure.model_wrappers(unique, roles)
     wrapped = structure.tool_wrappers(unique, roles)
     runs = _run_spans(unique, roles)
@@ -267,7 +271,7 @@ def _run(
         run.input, run.output = c.run_input(span), c.run_output(span)
         run.metadata = c.run_metadata(span)
     elif some is not None:
-        run.metadata = c.resource_metadata(some)
+        run.metadata = c.provisional_metadata(some, key)
     return run
 
 
@@ -598,7 +602,11 @@ def _finish(
     # nothing about how the run ended, whatever its message says ("max steps").
     failures = [span, *(s for s in children if _role(s, memo) in (c.AGENT, c.OTHER))]
     kinds = [kind.lower() for failed in failures for kind in c.exception_types(failed)]
-    error = c.error(span)
+    error, traceback = c.error(span), c.stacktrace(span)
+    ended_on = None if error else _ended_on_failure(run, children, unique, memo)
+    if ended_on is not None:
+        error, traceback = c.error(ended_on), c.stacktrace(ended_on)
+        kinds += [kind.lower() for kind in c.exception_types(ended_on)]
     # A step limit first: it says why the agent stopped, whatever else went wrong. Then
     # the model's token limit: raised (Strands fails the run when an answer is cut off),
     # or the last answer cut off in a run that did not fail. Any other failure: error.
@@ -618,5 +626,25 @@ def _finish(
     else:
         run.termination_reason = "clean"
     run.error = error
-    run.error_traceback = c.stacktrace(span)
+    run.error_traceback = traceback
     run.ended_ns = span.end_ns
+
+
+def _ended_on_failure(
+    run: MappedRun, children: list[Span], unique: dict[bytes, Span], memo: Memo | None
+) -> Span | None:
+    """The failed span a run ended on while its own span stayed OK (the OpenAI Agents
+    SDK raises out of Runner.run and leaves its agent span OK): the last of the
+    framework's own spans right under the agent, where that failed (the SDK's turn, when
+    an input guardrail tripped: v2's instrumentation); or the run's last model call,
+    where it failed and nothing started after it (the SDK raising on an incomplete
+    answer). A failed call or turn the agent went on from is not the run's failure."""
+    last = max(children, key=_start, default=None)
+    if last is not None and _role(last, memo) == c.OTHER and c.error(last):
+        return last
+    call = run.calls[-1] if run.calls else None
+    if call is None or call.status != "error" or call.span_id not in unique:
+        return None
+    if run.steps and run.steps[-1].started_ns >= call.started_ns:
+        return None
+    return unique[call.span_id]

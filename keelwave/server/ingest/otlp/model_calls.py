@@ -79,6 +79,7 @@ def model_call(span: Span) -> dict[str, Any]:
             a,
             "gen_ai.usage.reasoning.output_tokens",
             "llm.token_count.completion_details.reasoning",
+            "gen_ai.usage.reasoning_tokens",  # OpenLLMetry's (OpenAI's: part of the output)
         ),
         "finish_reasons": finish_reasons(finish),
     }

@@ -3,10 +3,10 @@
 conventions.role reads one span. Some spans are what they are only by their place
 in the trace: an agent span with nothing in it whose work hangs beside it, an
 agent span that is one step of the agent around it, a LangGraph graph invoked in
-a tool, a model span that wraps the client's call, a tool span inside another of
-the same call. Each function here corrects the roles (or the tree) mapping.py
-starts from, for one trace's spans; all of them depend only on the set of spans,
-never on the order they came in.
+a tool, a workflow with model calls of its own, a model span that wraps the
+client's call, a tool span inside another of the same call. Each function here
+corrects the roles (or the tree) mapping.py starts from, for one trace's spans;
+all of them depend only on the set of spans, never on the order they came in.
 """
 
 from __future__ import annotations
@@ -106,6 +106,46 @@ def graphs_in_tools(unique: dict[bytes, Span], roles: dict[bytes, str]) -> None:
                     roles[below.span_id] = c.AGENT
                 break
             below, parent, depth = unique[parent], unique[parent].parent_span_id, depth + 1
+
+
+def workflows_with_work(unique: dict[bytes, Span], roles: dict[bytes, str]) -> None:
+    """A GenAI ``invoke_workflow`` span outside every agent, with model or tool calls of
+    its own outside its agents, in a trace that has agents: a run (OpenTelemetry's
+    LangChain instrumentation draws a LangGraph graph so, and a supervisor graph's router
+    node calls the model beside the agent it runs). Without it those calls would belong
+    to no run, and be lost. A workflow that only holds agents stays plumbing (Google ADK's
+    around its root agent, a handoff's agents side by side): its agents are the runs."""
+    agents = {span_id for span_id, role in roles.items() if role == c.AGENT}
+    if not agents:
+        return  # (a trace without agents is one run from its root anyway)
+    workflows = [
+        span_id
+        for span_id, span in unique.items()
+        if roles[span_id] == c.OTHER
+        and span.attributes.get("gen_ai.operation.name") == "invoke_workflow"
+    ]
+    if not workflows:
+        return
+    children: dict[bytes, list[bytes]] = {}
+    for span in unique.values():
+        if span.parent_span_id is not None:
+            children.setdefault(span.parent_span_id, []).append(span.span_id)
+    for span_id in workflows:
+        parent, depth = unique[span_id].parent_span_id, 0
+        while parent in unique and parent not in agents and depth < MAX_DEPTH:
+            parent, depth = unique[parent].parent_span_id, depth + 1
+        if parent in agents:
+            continue  # (inside an agent: part of its work, which has a run)
+        stack, work = list(children.get(span_id, ())), False
+        while stack and not work:
+            below = stack.pop()
+            if below in agents:
+                continue
+            work = roles[below] in (c.TOOL, c.RETRIEVER, c.MODEL)
+            stack.extend(children.get(below, ()))
+        if work:
+            roles[span_id] = c.AGENT
+            agents.add(span_id)
 
 
 def model_wrappers(unique: dict[bytes, Span], roles: dict[bytes, str]) -> None:

@@ -39,7 +39,7 @@ LOOPS = [
     "openlit_autogen_loop", "openlit_strands_loop", "smolagents_genai_loop",
     "anthropic_client_handloop_agent", "anthropic_client_openllmetry_handloop_agent",
     "anthropic_client_genai_handloop_agent", "openaiagents_mcp_loop",
-    "google_genai_handloop_agent",
+    "google_genai_handloop_agent", "pydanticai_v2_loop",
 ]  # fmt: skip
 NESTED = ["pydanticai_nested", "pydanticai_openinference_nested", "langgraph_genai_nested",
           "strands_nested", "strands_latest_nested", "smolagents_nested",
@@ -195,6 +195,11 @@ def test_a_nested_agent_is_a_child_run(name: str) -> None:
     [
         ("pydanticai_tool_error", "error", True),
         ("pydanticai_openinference_tool_error", "error", True),
+        ("pydanticai_v2_tool_error", "error", True),
+        # pydantic-ai's UsageLimitExceeded: its request_limit is a step limit, its
+        # total_tokens_limit a budget (no step limit, nor the model's context): error
+        ("pydanticai_request_limit", "max_steps_reached", False),
+        ("pydanticai_token_limit", "error", False),
         ("openaiagents_tool_error", "clean", True),  # the model was told, and answered
         ("openaiagents_tool_error_fatal", "error", True),
         ("langgraph_tool_error", "error", True),
@@ -1384,3 +1389,66 @@ def test_a_provisional_run_says_where_it_comes_from() -> None:
     [finished] = mapping.map_trace(spans)
     for key in ("otel.trace_id", "otel.span_id", "service.name"):
         assert early.metadata[key] == finished.metadata[key], key
+
+
+def test_pydantic_ais_reasoning_tokens_are_read_from_its_usage_details() -> None:
+    """pydantic-ai writes OpenAI's completion_tokens_details as gen_ai.usage.details.*;
+    its output tokens already include the reasoning ones (as OpenAI counts them)."""
+    [run] = runs_of("pydanticai_reasoning")
+    assert [c.reasoning_tokens for c in run.calls] == [7, 7]
+    assert [c.output_tokens for c in run.calls] == [20, 21]
+    assert [c.cache_read_tokens for c in run.calls] == [0, 5]
+    assert [c.provider for c in run.calls] == ["openai", "openai"]
+
+
+def test_pydantic_ais_version_2_tool_spans_have_their_arguments_and_results() -> None:
+    """InstrumentationSettings(version=2): "running tool" spans with tool_arguments and
+    tool_response. The same calls fingerprint as in the default version."""
+    [v2], [v5] = runs_of("pydanticai_v2_loop"), runs_of("pydanticai_loop")
+    assert [s.tool_output for s in v2.steps] == [b'"18 degrees celsius in Paris"'] * 3
+    assert [s.tool_input for s in v2.steps] == [s.tool_input for s in v5.steps]
+    [failed] = runs_of("pydanticai_v2_tool_error")
+    assert failed.steps[0].tool_output == b'"timeout, try again"'
+
+
+def test_a_failed_call_is_credited_to_the_model_of_its_invocation_parameters() -> None:
+    """OpenInference's OpenAI instrumentor takes llm.model_name from the response: a call
+    that failed (HTTP 500, under CrewAI) names its model only in llm.invocation_parameters."""
+    agent = span(1, None, "Crew.kickoff", {"openinference.span.kind": "AGENT", "agent.name": "a"})
+    parameters = '{"model": "gpt-4o-mini", "tool_choice": "auto"}'
+    call = span(2, 1, "ChatCompletion", {"openinference.span.kind": "LLM", "llm.system": "openai",
+                                         "llm.invocation_parameters": parameters})  # fmt: skip
+    call.status_code, call.status_message = 2, "InternalServerError: Error code: 500"
+    [run] = mapping.map_trace([agent, call])
+    assert [(c.model, c.provider, c.status) for c in run.calls] == [
+        ("gpt-4o-mini", "openai", "error")
+    ]
+    named = span(2, 1, "ChatCompletion", {**call.attributes, "llm.model_name": "gpt-4o"})
+    [run] = mapping.map_trace([agent, named])
+    assert [c.model for c in run.calls] == ["gpt-4o"]  # (the response's own word first)
+    odd = span(2, 1, "ChatCompletion", {**call.attributes, "llm.invocation_parameters": "{"})
+    [run] = mapping.map_trace([agent, odd])
+    assert [c.model for c in run.calls] == ["unknown"]
+
+
+@pytest.mark.parametrize(
+    ("written", "provider"),
+    [("base_component", "openai"), ("openai_llm", "openai"), ("custom_llm", "openai"),
+     ("anthropic", "anthropic"), ("gcp.vertex_ai", "gcp.vertex_ai")],
+)  # fmt: skip
+def test_openllmetrys_llamaindex_provider_that_is_a_class_name_gives_way(written, provider):
+    """OpenLLMetry's LlamaIndex instrumentation writes the LLM class's LlamaIndex
+    class_name() as gen_ai.provider.name (base_component for one that does not name
+    itself): the model's family says more."""
+    agent = span(1, None, "FunctionAgent.workflow", {"traceloop.span.kind": "workflow",
+                                                     "traceloop.entity.name": "agent"})  # fmt: skip
+    call = span(2, 1, "ScriptLLM.task", {
+        "traceloop.span.kind": "task", "gen_ai.operation.name": "chat",
+        "gen_ai.provider.name": written, "gen_ai.response.model": "gpt-4o-mini",
+        "gen_ai.usage.input_tokens": 1000, "gen_ai.usage.output_tokens": 50})  # fmt: skip
+    spans = [agent, call]
+    for one in spans:
+        one.scope = "opentelemetry.instrumentation.llamaindex"
+    [run] = mapping.map_trace(dialects.rewrite(spans))
+    assert [c.provider for c in run.calls] == [provider]
+    assert dialects.rewrite(spans) == spans  # (idempotent)

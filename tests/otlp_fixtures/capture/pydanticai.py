@@ -1,8 +1,10 @@
 """Capture pydantic-ai's built-in OpenTelemetry instrumentation (no network).
 
-Run: python tests/otlp_fixtures/capture/pydanticai.py [builtin|openinference]
+Run: python tests/otlp_fixtures/capture/pydanticai.py [builtin|openinference|v2] [SCENARIO…]
 Needs: pydantic-ai-slim opentelemetry-sdk opentelemetry-exporter-otlp-proto-common (and
-       openinference-instrumentation-pydantic-ai for openinference)
+       openinference-instrumentation-pydantic-ai for openinference; openai for reasoning)
+
+Naming scenarios saves only those (every scenario still runs).
 
 The model is pydantic-ai's own FunctionModel: a Python function that looks at the
 conversation so far and returns the next ModelResponse, with explicit token usage
@@ -18,16 +20,27 @@ Scenarios (one fixture each, pydanticai[_openinference]_<scenario>.json):
   output_tool the agent has a structured output type: the model ends the run by
               calling the output tool ``final_result`` (no span of its own: the
               result is the run span's ``final_result`` attribute)
+  reasoning   the loop agent's tool and answer with pydantic-ai's OpenAIChatModel over a
+              fake OpenAI API (httpx MockTransport): its usage reports
+              completion_tokens_details.reasoning_tokens 7 (part of completion_tokens, as
+              OpenAI counts) and prompt_tokens_details.cached_tokens 5n (skipped without
+              the openai package)
+  request_limit  the loop agent with UsageLimits(request_limit=2): UsageLimitExceeded
+              before its third model request ("would exceed the request_limit of 2")
+  token_limit the loop agent with UsageLimits(total_tokens_limit=250): UsageLimitExceeded
+              after its second model call ("Exceeded the total_tokens_limit of 250")
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 
 from _otlp import Capture
 from pydantic import BaseModel
 from pydantic_ai import Agent, ModelRetry
+from pydantic_ai.exceptions import UsageLimitExceeded
 from pydantic_ai.messages import (
     ModelMessage,
     ModelRequest,
@@ -38,13 +51,18 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.models.instrumented import InstrumentationSettings
-from pydantic_ai.usage import RequestUsage
+from pydantic_ai.usage import RequestUsage, UsageLimits
 
 # builtin: pydantic-ai's own spans (pydanticai_<scenario>.json); openinference: the same
 # spans given OpenInference's attributes too, by its span processor, which runs before
-# the exporter's (pydanticai_openinference_<scenario>.json).
+# the exporter's (pydanticai_openinference_<scenario>.json); v2: pydantic-ai's own spans
+# in its deprecated data format version 2 (pydanticai_v2_<scenario>.json: tool spans
+# "running tool" with tool_arguments / tool_response).
 INSTRUMENTATION = sys.argv[1] if len(sys.argv) > 1 else "builtin"
-PREFIX = "pydanticai" if INSTRUMENTATION == "builtin" else "pydanticai_openinference"
+ONLY = set(sys.argv[2:])  # scenarios to save (all if none named)
+PREFIX = {"builtin": "pydanticai", "openinference": "pydanticai_openinference"}.get(
+    INSTRUMENTATION, f"pydanticai_{INSTRUMENTATION}"
+)
 cap = Capture(f"keelwave-capture-pydanticai-{INSTRUMENTATION}")
 if INSTRUMENTATION == "openinference":
     from openinference.instrumentation.pydantic_ai import OpenInferenceSpanProcessor
@@ -53,7 +71,10 @@ if INSTRUMENTATION == "openinference":
     processors._span_processors = (OpenInferenceSpanProcessor(), *processors._span_processors)
 # This version has no Agent(instrument=...) argument any more: instrument_all (or an
 # Instrumentation capability) switches the instrumentation on.
-Agent.instrument_all(InstrumentationSettings(tracer_provider=cap.provider))
+if INSTRUMENTATION == "v2":
+    Agent.instrument_all(InstrumentationSettings(tracer_provider=cap.provider, version=2))
+else:
+    Agent.instrument_all(InstrumentationSettings(tracer_provider=cap.provider))
 
 # What an OpenAI-style model sends: the arguments as a JSON string (note the spacing).
 LOOP_ARGS = '{"city": "Paris",  "unit": "celsius"}'
@@ -212,24 +233,102 @@ output_agent = Agent(
 output_agent.tool_plain(get_weather)
 
 
+# --- reasoning -----------------------------------------------------------------------
+
+
+def _chat_completion(body: dict) -> dict:
+    """The fake OpenAI API's answer: get_weather once, then a text answer."""
+    turn = sum(message.get("role") == "tool" for message in body["messages"])
+    message: dict = {"role": "assistant", "content": None}
+    if turn < 1:
+        call = {"name": "get_weather", "arguments": LOOP_ARGS}
+        message["tool_calls"] = [{"id": "call_0", "type": "function", "function": call}]
+    else:
+        message["content"] = "It is 18 degrees in Paris."
+    return {
+        "id": f"chatcmpl-{turn}", "object": "chat.completion", "created": 1,
+        "model": body["model"],
+        "choices": [{"index": 0, "message": message,
+                     "finish_reason": "tool_calls" if turn < 1 else "stop"}],
+        "usage": {
+            "prompt_tokens": 100 + 10 * turn,
+            "completion_tokens": 20 + turn,  # (reasoning included, as OpenAI counts)
+            "total_tokens": 120 + 11 * turn,
+            "prompt_tokens_details": {"cached_tokens": 5 * turn},
+            "completion_tokens_details": {"reasoning_tokens": 7},
+        },
+    }  # fmt: skip
+
+
+def reasoning_agent() -> Agent | None:
+    try:
+        from openai import AsyncOpenAI
+        from pydantic_ai.models.openai import OpenAIChatModel
+        from pydantic_ai.providers.openai import OpenAIProvider
+    except ImportError:
+        return None
+    try:  # openai >= 3 is built on httpx2, a fork of httpx with the same API
+        import httpx2 as httpx
+    except ImportError:
+        import httpx
+
+    def answer(request):
+        return httpx.Response(200, json=_chat_completion(json.loads(request.content)))
+
+    client = AsyncOpenAI(
+        api_key="sk-fake", base_url="http://fake.invalid/v1",
+        http_client=httpx.AsyncClient(transport=httpx.MockTransport(answer)),
+    )  # fmt: skip
+    model = OpenAIChatModel("gpt-5-mini", provider=OpenAIProvider(openai_client=client))
+    agent = Agent(model, name="weather_agent")
+    agent.tool_plain(get_weather)
+    return agent
+
+
+def save(scenario: str) -> None:
+    """Write the scenario's fixture, if asked for; drop its spans either way."""
+    if not ONLY or scenario in ONLY:
+        cap.save(f"{PREFIX}_{scenario}")
+    else:
+        cap.provider.force_flush()
+        cap.exporter.clear()
+
+
 async def main() -> None:
     print((await loop_agent.run("Weather in Paris?")).output)
-    cap.save(f"{PREFIX}_loop")
+    save("loop")
 
     try:
         await error_agent.run("Fetch example.com")
     except RuntimeError as exc:
         print("run failed as intended:", exc)
-    cap.save(f"{PREFIX}_tool_error")
+    save("tool_error")
 
     print((await outer_agent.run("What is a keel?")).output)
-    cap.save(f"{PREFIX}_nested")
+    save("nested")
 
     print((await parallel_agent.run("Weather in Oslo?")).output)
-    cap.save(f"{PREFIX}_parallel")
+    save("parallel")
 
     print((await output_agent.run("Forecast for Rome?")).output)
-    cap.save(f"{PREFIX}_output_tool")
+    save("output_tool")
+
+    agent = reasoning_agent()
+    if agent is None:
+        print("reasoning: skipped (no openai package)")
+    else:
+        print((await agent.run("Weather in Paris?")).output)
+        save("reasoning")
+
+    for scenario, limits in (
+        ("request_limit", UsageLimits(request_limit=2)),
+        ("token_limit", UsageLimits(total_tokens_limit=250)),
+    ):
+        try:
+            await loop_agent.run("Weather in Paris?", usage_limits=limits)
+        except UsageLimitExceeded as exc:
+            print(f"{scenario}: stopped as intended:", exc)
+        save(scenario)
     cap.shutdown()
 
 

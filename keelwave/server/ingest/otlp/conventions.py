@@ -78,7 +78,13 @@ LLAMAINDEX_REQUEST_BUILDER = "._prepare_chat_with_tools"
 # What a run stopped by a step limit says (exception types and messages, lowercased).
 STEP_LIMITS = (
     "maxturnsexceeded", "max turns", "max_turns", "graphrecursionerror", "recursion limit",
-    "maxstepserror", "max steps", "max_steps", "usagelimitexceeded",
+    "maxstepserror", "max steps", "max_steps",
+    # pydantic-ai's UsageLimitExceeded at its request_limit or tool_calls_limit ("The next
+    # request would exceed the request_limit of 2", older "Exceeded the request_limit of
+    # 2"). Its token and cost budgets raise the same exception ("Exceeded the
+    # total_tokens_limit of…", "…the `cost_limit` of…"): a budget, no step limit, and no
+    # model's context either: those runs end in error.
+    "exceed the request_limit of", "exceed the tool_calls_limit of",
     "not able to resolve the task in",  # BeeAI's AgentError at its max_iterations
     "maximum number of turns",  # the Claude Agent SDK's ResultError at its max_turns
     "llmcallslimitexceedederror",  # Google ADK's RunConfig(max_llm_calls=N)

@@ -17,7 +17,16 @@ OpenLLMetry). A few widely used ones have their own words for the same things:
   and others use for LangChain): LangChain's metadata flattened into
   ``langsmith.metadata.<key>``, a tool's arguments and result in ``gen_ai.prompt``
   and ``gen_ai.completion``, an exception's type and traceback inside its message
-  (``RuntimeError('…')Traceback (most recent call last): …``).
+  (``RuntimeError('…')Traceback (most recent call last): …``);
+- **pydantic-ai's data format version 2** (``InstrumentationSettings(version=2)``,
+  deprecated but accepted): a tool span ``running tool`` with the call's arguments and
+  result in ``tool_arguments`` and ``tool_response`` (version 3 on write
+  ``gen_ai.tool.call.arguments`` and ``gen_ai.tool.call.result``);
+- **OpenLLMetry's LlamaIndex instrumentation**: ``gen_ai.provider.name`` is the LLM
+  class's LlamaIndex ``class_name()`` lowercased (``openai_llm``, ``custom_llm``, and
+  ``base_component`` for a class that does not name itself), unless it is one of the
+  few class names the instrumentation maps to a provider. Such a name is kept as
+  ``llamaindex.llm.class_name``; the provider is then the model's family.
 
 One form belongs to no scope: the GenAI conventions' older event form of an
 inference's details, a ``gen_ai.client.inference.operation.details`` event carrying
@@ -46,6 +55,14 @@ if TYPE_CHECKING:  # (decode.py calls this module)
 MLFLOW_SCOPE = "mlflow.tracing.provider"
 LOGFIRE_AGENTS_SCOPE = "logfire.openai_agents"
 LANGSMITH_SCOPE = "langsmith"
+PYDANTIC_AI_SCOPE = "pydantic-ai"
+OPENLLMETRY_LLAMAINDEX_SCOPE = "opentelemetry.instrumentation.llamaindex"
+# What OpenLLMetry's LlamaIndex instrumentation maps LlamaIndex LLM classes to (its
+# _PROVIDER_MAP): providers. Anything else it writes is a class name.
+_LLAMAINDEX_PROVIDERS = frozenset((
+    "openai", "azure.ai.openai", "anthropic", "cohere", "groq", "mistral_ai", "aws.bedrock",
+    "gcp.gemini", "gcp.vertex_ai", "deepseek", "perplexity",
+))  # fmt: skip
 
 # MLflow's span types as OpenInference's kinds; the rest (CHAIN, PARSER, RERANKER,
 # UNKNOWN…) are chains: they only link their children to a run.
@@ -214,8 +231,24 @@ def _langsmith_exception(event: Event) -> Event:
     return dataclasses.replace(event, attributes=attributes)
 
 
+def _pydantic_ai(span: Span) -> None:
+    attributes = span.attributes
+    if attributes.get("gen_ai.operation.name") == "execute_tool":  # (version 2's words)
+        _move(attributes, "tool_arguments", "gen_ai.tool.call.arguments")
+        _move(attributes, "tool_response", "gen_ai.tool.call.result")
+
+
+def _openllmetry_llamaindex(span: Span) -> None:
+    attributes = span.attributes
+    provider = attributes.get("gen_ai.provider.name")
+    if isinstance(provider, str) and provider not in _LLAMAINDEX_PROVIDERS:
+        _move(attributes, "gen_ai.provider.name", "llamaindex.llm.class_name")
+
+
 _BY_SCOPE = {
     MLFLOW_SCOPE: _mlflow,
     LOGFIRE_AGENTS_SCOPE: _logfire_agents,
     LANGSMITH_SCOPE: _langsmith,
+    PYDANTIC_AI_SCOPE: _pydantic_ai,
+    OPENLLMETRY_LLAMAINDEX_SCOPE: _openllmetry_llamaindex,
 }

@@ -56,7 +56,9 @@ def model_call(span: Span) -> dict[str, Any]:
     if finish is None:
         finish = _answers_finish_reasons(span)
     model = str(
-        first_of(a, "gen_ai.response.model", "gen_ai.request.model", "llm.model_name") or "unknown"
+        first_of(a, "gen_ai.response.model", "gen_ai.request.model", "llm.model_name")
+        or _invoked_model(a)
+        or "unknown"
     )
     provider = first_of(a, "gen_ai.provider.name", "gen_ai.system", "llm.provider", "llm.system")
     return {
@@ -73,16 +75,34 @@ def model_call(span: Span) -> dict[str, Any]:
             "gen_ai.usage.completion_tokens",
         ),
         "cache_read_tokens": integer(
-            a, "gen_ai.usage.cache_read.input_tokens", "llm.token_count.prompt_details.cache_read"
+            a,
+            "gen_ai.usage.cache_read.input_tokens",
+            "llm.token_count.prompt_details.cache_read",
+            "gen_ai.usage.details.cache_read_tokens",  # pydantic-ai's older name for it
         ),
         "reasoning_tokens": integer(
             a,
             "gen_ai.usage.reasoning.output_tokens",
             "llm.token_count.completion_details.reasoning",
             "gen_ai.usage.reasoning_tokens",  # OpenLLMetry's (OpenAI's: part of the output)
+            # pydantic-ai's (its usage details: OpenAI's completion_tokens_details), part
+            # of its output tokens too
+            "gen_ai.usage.details.reasoning_tokens",
         ),
         "finish_reasons": finish_reasons(finish),
     }
+
+
+def _invoked_model(attributes: dict[str, Any]) -> str | None:
+    """The model named in OpenInference's ``llm.invocation_parameters`` (JSON text), for a
+    span that does not name it otherwise: a call that failed before any answer (the
+    OpenAI instrumentor takes ``llm.model_name`` from the response)."""
+    raw = attributes.get("llm.invocation_parameters")
+    if not isinstance(raw, str) or '"model"' not in raw:
+        return None
+    parameters = json_value(raw)
+    model = parameters.get("model") if isinstance(parameters, dict) else None
+    return model if isinstance(model, str) and model else None
 
 
 def finish_reasons(value: Any) -> list[str]:

@@ -58,6 +58,15 @@ class Capture:
         print(f"{path.name}: {len(spans)} spans")
         return path
 
+    def save_scenario(self, prefix: str, scenario: str, only: set[str]) -> None:
+        """Write ``<prefix>_<scenario>`` if ``only`` names it (or names nothing, as a
+        script run without scenario names does); drop the scenario's spans either way."""
+        if not only or scenario in only:
+            self.save(f"{prefix}_{scenario}")
+        else:
+            self.provider.force_flush()
+            self.exporter.clear()
+
     def shutdown(self) -> None:
         self.provider.shutdown()
 

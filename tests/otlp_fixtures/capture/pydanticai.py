@@ -286,12 +286,7 @@ def reasoning_agent() -> Agent | None:
 
 
 def save(scenario: str) -> None:
-    """Write the scenario's fixture, if asked for; drop its spans either way."""
-    if not ONLY or scenario in ONLY:
-        cap.save(f"{PREFIX}_{scenario}")
-    else:
-        cap.provider.force_flush()
-        cap.exporter.clear()
+    cap.save_scenario(PREFIX, scenario, ONLY)
 
 
 async def main() -> None:

@@ -56,6 +56,14 @@ class Settings(BaseSettings):
         ge=1024,
         description="Largest request body accepted; larger bodies get 413.",
     )
+    otlp_max_body_bytes: int = Field(
+        default=64 * 1024 * 1024,
+        ge=1024,
+        description="Largest OTLP trace export accepted, after decompression (HTTP and gRPC); "
+        "larger ones get 413. Above max_body_bytes: an instrumentation that records every "
+        "model call's whole conversation sends batches of 512 spans of tens of MB, and an "
+        "exporter drops a batch it is refused.",
+    )
     flush_max_rows: int = Field(
         default=5000,
         ge=1,

@@ -42,7 +42,7 @@ from keelwave.server.ingest.otlp import export
 from keelwave.server.ingest.otlp import routes as otlp
 from keelwave.server.ingest.otlp.grpc_service import EXPORT
 
-LIMIT = 1 << 20  # the message limit of these tests' server (max_body_bytes)
+LIMIT = 1 << 20  # the message limit of these tests' server (otlp_max_body_bytes)
 
 
 @dataclass
@@ -57,7 +57,7 @@ class Served:
 @pytest.fixture
 async def served(db_url: str, aiohttp_server):
     port = free_port()
-    app = create_app(make_settings(max_body_bytes=LIMIT, otlp_grpc_port=port), db_url)
+    app = create_app(make_settings(otlp_max_body_bytes=LIMIT, otlp_grpc_port=port), db_url)
     server = await aiohttp_server(app)
     async with aiohttp.ClientSession() as session:
         yield Served(app, f"127.0.0.1:{port}", Api(str(server.make_url("")).rstrip("/"), session))
@@ -379,7 +379,7 @@ async def test_stopping_lets_an_export_in_flight_commit_and_be_answered(
     db_url: str, project: Project
 ) -> None:
     port = free_port()
-    app = create_app(make_settings(max_body_bytes=LIMIT, otlp_grpc_port=port), db_url)
+    app = create_app(make_settings(otlp_max_body_bytes=LIMIT, otlp_grpc_port=port), db_url)
     runner = web.AppRunner(app)
     await runner.setup()
     ingest = app[otlp.INGEST_KEY]

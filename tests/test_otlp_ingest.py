@@ -39,7 +39,8 @@ LIMIT = 1 << 20  # the body limit of these tests' server
 @pytest.fixture
 async def api(db_url: str, aiohttp_server):
     """A real keelwave server with a 1 MiB body limit (the captured traces are large)."""
-    server = await aiohttp_server(create_app(make_settings(max_body_bytes=LIMIT), db_url))
+    settings = make_settings(max_body_bytes=LIMIT, otlp_max_body_bytes=LIMIT)
+    server = await aiohttp_server(create_app(settings, db_url))
     async with aiohttp.ClientSession() as session:
         yield Api(str(server.make_url("")).rstrip("/"), session)
 
@@ -808,3 +809,35 @@ async def test_exports_that_wait_are_committed_together_and_a_refused_one_alone(
         db_url, "SELECT count(*) FROM otlp_spans WHERE project_id = %s", (project_id,)
     )
     assert spans == 21 * len(spans_of(doc))
+
+
+async def test_an_export_larger_than_the_ingest_body_limit_is_taken_up_to_its_own(
+    db_url: str, project, aiohttp_server
+) -> None:
+    """An instrumentation that records each call's whole conversation (LangGraph's)
+    sends 512-span batches of tens of MB, and an exporter drops a batch answered 413:
+    OTLP has a limit of its own, above native ingest's."""
+    settings = make_settings(max_body_bytes=LIMIT, otlp_max_body_bytes=8 * LIMIT)
+    server = await aiohttp_server(create_app(settings, db_url))
+    doc = long_run_document(40)
+    for span in doc["resourceSpans"][0]["scopeSpans"][0]["spans"]:
+        span["attributes"].append(
+            {"key": "gen_ai.input.messages", "value": {"stringValue": "x" * 60_000}}
+        )
+    body = to_protobuf(doc)
+    assert LIMIT < len(body) < 8 * LIMIT
+    async with aiohttp.ClientSession() as session:
+        api = Api(str(server.make_url("")).rstrip("/"), session)
+        key = project.keys["ingest"]
+        status, detail, _ = await failure(api, body, headers(key, PROTOBUF))
+        assert status == 200, detail
+        runs = await runs_of(api, project)
+        assert [run["step_count"] for run in runs["data"]] == [40]
+        # native ingest keeps its own limit
+        async with session.post(
+            api.url + "/v1/ingest/agent/steps", data=b" " * (2 * LIMIT), headers=headers(key)
+        ) as response:
+            assert response.status == 413
+        # and OTLP's is a limit still
+        status, detail, _ = await failure(api, b"\x00" * (9 * LIMIT), headers(key, PROTOBUF))
+        assert status == 413 and "too large" in detail["message"]

@@ -245,7 +245,7 @@ async def _otlp_grpc(app: web.Application) -> AsyncIterator[None]:
         app[appkeys.KEYSTORE], app[otlp.INGEST_KEY], settings.retry_after_seconds
     )
     async with grpc_service.serving(
-        service, settings.host, settings.otlp_grpc_port, settings.max_body_bytes
+        service, settings.host, settings.otlp_grpc_port, settings.otlp_max_body_bytes
     ):
         yield
 

@@ -7,7 +7,7 @@ spans refused and why), UNAUTHENTICATED / PERMISSION_DENIED for the key,
 INVALID_ARGUMENT for a message that is not an export or data the database
 rejects (exporters do not retry), and UNAVAILABLE or RESOURCE_EXHAUSTED with a
 ``google.rpc.RetryInfo`` (exporters retry after its delay). grpc itself
-refuses a message larger than ``max_body_bytes`` (RESOURCE_EXHAUSTED) and
+refuses a message larger than ``otlp_max_body_bytes`` (RESOURCE_EXHAUSTED) and
 undoes gzip, counting the decompressed bytes against that limit, as aiohttp
 does for OTLP/HTTP.
 

@@ -107,7 +107,7 @@ async def export_traces(request: web.Request) -> web.Response:
         answer.force_close()  # (where the unread body ends is unknown: no keep-alive)
         return answer
     except web.HTTPRequestEntityTooLarge:
-        limit = request.client_max_size
+        limit = request.app[appkeys.SETTINGS].otlp_max_body_bytes
         message = f"request body too large after decompression (limit {limit} bytes)"
         return _failure(ApiError(413, "too_large", message), as_json)
     except web.HTTPException as error:  # a body aiohttp could not read or decompress
@@ -131,7 +131,9 @@ async def _export(request: web.Request, media: str, as_json: bool) -> web.Respon
             f"Content-Encoding {encoding!r} is not supported: send gzip, deflate or none",
         )
     principal = await request.app[appkeys.KEYSTORE].authenticate(request, INGEST)
-    body = await request.read()
+    # (exports have a limit of their own: settings.otlp_max_body_bytes says why)
+    limit = request.app[appkeys.SETTINGS].otlp_max_body_bytes
+    body = await request.clone(client_max_size=limit).read()
     try:
         spans = decode.from_json(body) if as_json else decode.from_protobuf(body)
     except decode.DecodeError as error:

@@ -359,6 +359,46 @@ def test_an_object_the_framework_injected_is_no_argument_of_the_call() -> None:
     assert conventions.arguments_json(envelope) == b'{"n": "<not an object at 0x1>"}'
 
 
+def test_positional_arguments_are_named_by_the_tools_parameters() -> None:
+    """smolagents' CodeAgent (OpenInference) calls get_weather("Paris", "C") as the
+    code says: {"args": ["Paris", "C"], ...}, with tool.parameters naming the
+    parameters in signature order. Named, f("Paris", "C"), f(city="Paris", unit="C")
+    and f("Paris", unit="C") are one call, and make a loop."""
+    parameters = json.dumps({"city": {"type": "string"}, "unit": {"type": "string"}})
+    envelopes = [
+        {"args": ["Paris", "C"], "sanitize_inputs_outputs": False, "kwargs": {}},
+        {"args": [], "sanitize_inputs_outputs": False, "kwargs": {"city": "Paris", "unit": "C"}},
+        {"args": ["Paris"], "sanitize_inputs_outputs": False, "kwargs": {"unit": "C"}},
+    ]
+    spans = [span(1, None, "CodeAgent.run", {"openinference.span.kind": "AGENT"})] + [
+        span(n, 1, "SimpleTool", {
+            "openinference.span.kind": "TOOL", "tool.name": "get_weather",
+            "tool.parameters": parameters, "input.value": json.dumps(envelope),
+        })
+        for n, envelope in enumerate(envelopes, start=2)
+    ]  # fmt: skip
+    [run] = mapping.map_trace(spans)
+    assert [step.tool_input for step in run.steps] == [b'{"city": "Paris", "unit": "C"}'] * 3
+    assert run.loop_step_index == 1
+    schema = {"type": "object", "properties": {"city": {}, "unit": {}}}
+    named = decode.Span(**{**dataclasses.asdict(spans[1]), "attributes": {
+        "tool.name": "get_weather", "tool.parameters": schema,
+        "input.value": json.dumps(envelopes[0]),
+    }})  # fmt: skip
+    assert conventions.tool_input(named) == b'{"city": "Paris", "unit": "C"}'
+    # More args than names, a name given twice, no names: the envelope stays.
+    for envelope, names in [
+        ({"args": ["Paris", "C", 1], "kwargs": {}}, parameters),
+        ({"args": ["Paris"], "kwargs": {"city": "Rome"}}, parameters),
+        ({"args": ["Paris"], "kwargs": {}}, None),
+    ]:
+        attributes = {"input.value": json.dumps(envelope)} | (
+            {"tool.parameters": names} if names else {}
+        )
+        kept = conventions.tool_input(dataclasses.replace(spans[1], attributes=attributes))
+        assert json.loads(kept or b"") == envelope
+
+
 @pytest.mark.parametrize("name", ADK_PARALLEL)
 def test_google_adks_merged_span_after_parallel_calls_is_no_step(name: str) -> None:
     """Each turn of parallel calls (get_weather and lookup at once, twice) ends with ADK's
@@ -423,6 +463,40 @@ def span(span_id: int, parent: int | None, name: str, attributes: dict) -> decod
         start_ns=span_id * 1000, end_ns=10_000 - span_id, status_code=0, status_message="",
         attributes=attributes, resource={"service.name": "billing"},
     )  # fmt: skip
+
+
+def test_the_call_of_a_turn_still_open_joins_the_run_of_the_turn_before() -> None:
+    """Mid-run, the OpenAI Agents SDK (turn), Strands (execute_event_loop_cycle) and
+    smolagents (Step N) keep the current turn's span open while its tool runs: the
+    call that asked for the tool arrives under a missing span that is not the agent's.
+    It joins the provisional run of the turn before (the id the finished run has), not
+    a second run; one that has nothing before it, or a step of its own, stays its own.
+    (The spans /tmp/check_r2b's strands/smol midflush and r2a's oai mid dumps had.)"""
+    llm = {"openinference.span.kind": "LLM", "llm.token_count.prompt": 100}
+    tool = {"openinference.span.kind": "TOOL", "tool.name": "search", "input.value": "{}"}
+    turn = {"openinference.span.kind": "CHAIN"}
+    agent = {"openinference.span.kind": "AGENT", "agent.name": "a"}
+    # agent 1 > turn 2 > (call 3, tool 4); turn 5 (open) > (call 6, tool 7 running)
+    whole = [span(1, None, "a", agent), span(2, 1, "turn", turn), span(3, 2, "response", llm),
+             span(4, 2, "search", tool), span(5, 1, "turn", turn),
+             span(6, 5, "response", llm), span(7, 5, "search", tool)]  # fmt: skip
+    final = {run.run_id: run for run in mapping.map_trace(whole)}
+    mid = [whole[i] for i in (1, 2, 3, 5)]  # (agent, turn 5 and its tool still open)
+    for spans in (mid, mid[::-1]):
+        [run] = mapping.map_trace(spans)
+        assert run.provisional and run.run_id in final
+        assert [call.span_id for call in run.calls] == [whole[2].span_id, whole[5].span_id]
+        assert [step.step_index for step in run.steps] == [1]
+    # The first turn's call, with nothing before it, is a run of its own still.
+    [first] = mapping.map_trace([whole[2]])
+    assert first.provisional and first.run_id not in final
+    # A group with a step of its own, or an agent, is never joined to another's run.
+    other = [span(8, 20, "search", tool), span(9, 21, "b", agent), span(10, 9, "r", llm)]
+    runs = mapping.map_trace(mid + other)
+    assert len(runs) == 3 and sum(len(run.calls) for run in runs) == 3
+    assert [len(r.calls) for r in runs if r.run_id in final] == [2]
+    later = mapping.map_trace(mid + [span(11, 5, "response", llm)])
+    assert [len(run.calls) for run in later] == [3]
 
 
 def test_a_trace_without_agent_spans_is_one_run_and_one_of_plain_http_spans_is_none() -> None:

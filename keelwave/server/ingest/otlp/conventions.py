@@ -304,8 +304,10 @@ def _sent(kwargs: Any) -> Any:
     }
 
 
-def _envelope(value: Any) -> Any:
-    """The call's own arguments out of an instrumentation's wrapping, or None if none."""
+def _envelope(value: Any, parameters: list[str] | None = None) -> Any:
+    """The call's own arguments out of an instrumentation's wrapping, or None if none;
+    ``parameters`` are the tool's parameter names in signature order, if it says them
+    (positional arguments are named by them)."""
     if isinstance(value, dict):
         if "inputs" in value and ("input_str" in value or "kwargs" in value):
             return value["inputs"]  # OpenLLMetry's LangChain callback envelope
@@ -314,12 +316,46 @@ def _envelope(value: Any) -> Any:
         if "kwargs" in value and "args" in value and set(value) <= {
             "args", "kwargs", "sanitize_inputs_outputs"
         }:  # fmt: skip
-            return _sent(value["kwargs"]) if not value["args"] else {
+            named = _named(value["args"], value["kwargs"], parameters)
+            return _sent(named) if named is not None else {
                 "args": value["args"], "kwargs": _sent(value["kwargs"])
             }  # fmt: skip
         if set(value) == {"input", "options"} and isinstance(value["input"], dict):
             return value["input"]  # BeeAI's tool call (OpenInference)
     return None
+
+
+def _named(args: Any, kwargs: Any, parameters: list[str] | None) -> dict | None:
+    """smolagents' positional ``args`` and ``kwargs`` as one dict of keyword arguments:
+    the args named by the tool's ``parameters`` (in signature order), so that
+    ``f("Paris", "C")``, ``f("Paris", unit="C")`` and ``f(city="Paris", unit="C")`` are
+    the same call; None when they cannot be named (more args than names, a name given
+    twice, no names)."""
+    if not isinstance(args, list) or not isinstance(kwargs, dict):
+        return None
+    if not args:
+        return kwargs
+    if parameters is None or len(args) > len(parameters):
+        return None
+    named = dict(zip(parameters, args, strict=False))
+    if any(key in named for key in kwargs):
+        return None
+    return {**named, **kwargs}
+
+
+def parameter_names(span: Span) -> list[str] | None:
+    """The tool's parameter names in signature order, from OpenInference's
+    ``tool.parameters`` (smolagents: ``{"city": {"type": …}, …}``; or a JSON schema's
+    ``properties``), or None."""
+    raw = span.attributes.get("tool.parameters")
+    value = _parsed(raw) if isinstance(raw, str) else raw
+    if not isinstance(value, dict):
+        return None
+    properties = value.get("properties")
+    if value.get("type") == "object" and isinstance(properties, dict):
+        value = properties
+    names = [str(key) for key in value]
+    return names or None
 
 
 def tool_call_id(span: Span) -> str | None:
@@ -351,7 +387,9 @@ def tool_input(span: Span) -> bytes | None:
     if span.scope.startswith(OPENLLMETRY_MCP):
         raw = _mcp_arguments(raw)
     # (OpenLIT's LangChain tool spans write the arguments as a Python dict's repr)
-    return arguments_json(raw, python_dicts=span.scope == OPENLIT_LANGCHAIN)
+    return arguments_json(
+        raw, python_dicts=span.scope == OPENLIT_LANGCHAIN, parameters=parameter_names(span)
+    )
 
 
 PYTHON_LITERAL_MAX = 65_536  # characters: longer ones stay text
@@ -378,20 +416,22 @@ def _mcp_arguments(raw: Any) -> Any:
     return raw
 
 
-def arguments_json(raw: Any, python_dicts: bool = False) -> bytes | None:
+def arguments_json(
+    raw: Any, python_dicts: bool = False, parameters: list[str] | None = None
+) -> bytes | None:
     """A tool call's arguments, however sent, as the bytes keelwave fingerprints
     (tool_input's rules); with ``python_dicts``, text that is no JSON but a Python
-    dict's repr as that dict."""
+    dict's repr as that dict; ``parameters`` name positional arguments (_envelope)."""
     if raw is None:
         return None
     if not isinstance(raw, str):
-        inner = _envelope(raw)
+        inner = _envelope(raw, parameters)
         return canonical_json(raw if inner is None else inner).encode()
     parsed = _parsed(raw)
     if parsed is _NOT_JSON:
         value = _python_dict(raw) if python_dicts else None
         return canonical_json(raw).encode() if value is None else arguments_json(value)
-    inner = _envelope(parsed)
+    inner = _envelope(parsed, parameters)
     if inner is not None:
         return canonical_json(inner).encode()
     return raw.encode()

@@ -24,6 +24,9 @@ of it arrives.
   arrives, and keeps its id when it does. If the missing ancestor turns out
   not to be an agent, the provisional run disappears and its steps move to
   the run the complete trace gives them.
+  Model calls alone under a missing span of their own (a turn still open while
+  its tool runs) join the provisional run of the turn before them
+  (_join_open_turns).
 - Its steps are the tool spans (and retrievals, as ``custom`` steps) whose
   nearest run is it (not those of a nested agent), ordered by start time
   (then span id, for ties): steps 1…n. In a trace with no tool span at all,
@@ -177,6 +180,8 @@ def map_trace(spans: list[Span], memo: Memo | None = None) -> list[MappedRun]:
         home = span_id if span_id == fallback else owner(span)
         if home is not None:
             members.setdefault(home, []).append(span)
+    if sum(key not in unique for key in members) > 1:  # (orphans under two missing spans)
+        _join_open_turns(unique, roles, runs, members)
 
     said = handoffs.collect(unique, roles, runs, owner) if len(runs) > 1 else {}
     mapped: dict[bytes, MappedRun] = {}
@@ -217,6 +222,57 @@ def map_trace(spans: list[Span], memo: Memo | None = None) -> list[MappedRun]:
         if not run.provisional:
             _finish(run, unique[key], unique, memo)
     return sorted(mapped.values(), key=lambda run: (run.started_ns, str(run.run_id)))
+
+
+def _join_open_turns(
+    unique: dict[bytes, Span],
+    roles: dict[bytes, str],
+    runs: dict[bytes, str],
+    members: dict[bytes, list[Span]],
+) -> None:
+    """Model calls under a missing span that is not their agent's: the turn still open.
+
+    Frameworks keep the current turn's span open while its tool runs (the OpenAI Agents
+    SDK's ``turn``, Strands' ``execute_event_loop_cycle``, smolagents' ``Step N``), so
+    the model call that asked for the tool arrives under a missing span of its own
+    beside the agent's finished turns, which hang under the missing agent span. The
+    spans under one missing span (up to any run) are its group. A group with no tool or
+    retrieval span and no agent span, only model calls and plumbing, joins the
+    provisional run of the other groups (those with a step or an agent) whose spans
+    include the latest start before the group's first: the run of the turn before it.
+    With no such run it stays a run of its own. By the set of spans alone: once the
+    turn's span arrives its call is the agent's anyway (``members`` is changed in
+    place)."""
+    groups: dict[bytes, list[Span]] = {}  # missing span -> the spans under it
+    for span in unique.values():
+        parent, depth = span.parent_span_id, 0
+        while parent in unique and parent not in runs and depth < MAX_DEPTH:
+            parent, depth = unique[parent].parent_span_id, depth + 1
+        if parent is not None and parent not in unique and depth < MAX_DEPTH:
+            groups.setdefault(parent, []).append(span)
+    steps = (c.TOOL, c.RETRIEVER)
+    calls_only = {
+        key
+        for key, spans in groups.items()
+        if key in members
+        and not any(span.span_id in runs or roles[span.span_id] in steps for span in spans)
+    }
+    starts = sorted(  # (start, span id, group) of every span of the groups that stay
+        (*_start(span), key)
+        for key, spans in groups.items()
+        if key not in calls_only and key in members
+        for span in spans
+    )
+    for key in sorted(calls_only):
+        first = min(_start(span) for span in groups[key])
+        at = bisect.bisect_left(starts, first)
+        if at:
+            into = starts[at - 1][2]
+            members[into] = sorted(members[into] + members.pop(key), key=_span_id)
+
+
+def _span_id(span: Span) -> bytes:
+    return span.span_id
 
 
 def _role(span: Span, memo: Memo | None) -> str:

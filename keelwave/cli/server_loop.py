@@ -62,14 +62,17 @@ async def serve_app(
     ``when_listening`` gets the port actually bound (the real one for port 0);
     ``when_stopping`` runs after a signal, before the buffered data is committed.
     """
-    app = create_app(settings, conninfo, prices)
-    runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=30)
-    await runner.setup()
-    tune_garbage_collector()
+    # The signals first: the app's start (the pool, the verdict keeper) takes a moment,
+    # and a Ctrl+C then was Python's KeyboardInterrupt, an exit without the shutdown in
+    # order. A signal now stops the server once it is up (the first key still printed).
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
+    app = create_app(settings, conninfo, prices)
+    runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=30)
+    await runner.setup()
+    tune_garbage_collector()
     try:
         site = web.TCPSite(runner, settings.host, settings.port, reuse_port=reuse_port)
         await site.start()

@@ -1526,3 +1526,39 @@ def test_openllmetrys_llamaindex_provider_that_is_a_class_name_gives_way(written
     [run] = mapping.map_trace(dialects.rewrite(spans))
     assert [c.provider for c in run.calls] == [provider]
     assert dialects.rewrite(spans) == spans  # (idempotent)
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        # openai 3.x puts only the error's message in the exception (Agent Framework's
+        # ChatClientException, Semantic Kernel's ServiceResponseException)
+        "ChatClientException: service failed to complete the prompt: Error code: 400 - "
+        "This model's maximum context length is 128000 tokens. However, your messages "
+        "resulted in 131072 tokens.",
+        "BadRequestError: prompt is too long: 210000 tokens > 200000 maximum",  # Anthropic
+    ],
+)
+def test_a_run_failed_by_its_prompt_outgrowing_the_context_is_context_limit(message) -> None:
+    agent = span(1, None, "invoke_agent a", {"gen_ai.operation.name": "invoke_agent",
+                                             "gen_ai.agent.name": "a"})  # fmt: skip
+    agent.status_code, agent.status_message = 2, message
+    tool = span(2, 1, "execute_tool search", {"gen_ai.operation.name": "execute_tool",
+                                               "gen_ai.tool.name": "search"})  # fmt: skip
+    [run] = mapping.map_trace([agent, tool])
+    assert run.termination_reason == "context_limit"
+    assert run.error is not None and message in run.error
+
+
+def test_agent_frameworks_answer_at_its_function_invocation_limit_is_a_step_limit() -> None:
+    """Microsoft Agent Framework's max_iterations / max_function_calls end the run with
+    a fixed answer (agent_framework/_tools.py), the agent span OK."""
+    said = ("[{\"role\":\"assistant\",\"parts\":[{\"type\":\"text\",\"content\":\"Function "
+            "invocation limit reached before a final answer could be produced.\"}]}]")  # fmt: skip
+    agent = span(1, None, "invoke_agent a", {"gen_ai.operation.name": "invoke_agent",
+                                             "gen_ai.agent.name": "a",
+                                             "gen_ai.output.messages": said})  # fmt: skip
+    tool = span(2, 1, "execute_tool search", {"gen_ai.operation.name": "execute_tool",
+                                               "gen_ai.tool.name": "search"})  # fmt: skip
+    [run] = mapping.map_trace([agent, tool])
+    assert run.termination_reason == "max_steps_reached"

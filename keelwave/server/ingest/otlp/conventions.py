@@ -66,7 +66,13 @@ OPENLLMETRY_MCP = "opentelemetry.instrumentation.mcp"
 GRAPHS = ("langgraph", "langchain_create_agent")
 # What LangChain's call-limit middleware answers for the model when it ends a run
 # (ModelCallLimitMiddleware, ToolCallLimitMiddleware with exit_behavior="end").
-LIMIT_ANSWERS = (b"Model call limits exceeded: ", b" call limit reached: ")
+# And Microsoft Agent Framework's, at its function_invocation_configuration's
+# max_iterations or max_function_calls (agent_framework/_tools.py), the agent span OK.
+LIMIT_ANSWERS = (
+    b"Model call limits exceeded: ",
+    b" call limit reached: ",
+    b"Function invocation limit reached before a final answer could be produced.",
+)
 # What CrewAI tells the model when an agent reaches its max_iter: answer, no more tools.
 FORCED_FINAL_ANSWER = b"MUST give your absolute best final answer"
 # A run's own output saying a step limit stopped it (Haystack's Agent: exit_reason), or
@@ -94,8 +100,13 @@ STEP_LIMITS = (
 # lowercased): Strands' MaxTokensReachedException (its last answer was cut off), OpenAI's
 # context_length_exceeded (the prompt no longer fits), and the Responses API's incomplete
 # answer, which the OpenAI Agents SDK raises on ("incomplete_details=IncompleteDetails(
-# reason='max_output_tokens')").
-CONTEXT_LIMITS = ("maxtokensreachedexception", "context_length_exceeded", "max_output_tokens")
+# reason='max_output_tokens')"). openai 3.x puts only the error's message in its
+# exception ("This model's maximum context length is 128000 tokens…": Agent Framework,
+# Semantic Kernel), Anthropic's says "prompt is too long".
+CONTEXT_LIMITS = (
+    "maxtokensreachedexception", "context_length_exceeded", "max_output_tokens",
+    "maximum context length", "prompt is too long",
+)  # fmt: skip
 # Google ADK's span after a turn's parallel tool calls, ``execute_tool (merged)``: its
 # record of the calls it merged into one answer (each has a span of its own), no call.
 ADK_MERGED_TOOLS = "(merged tools)"

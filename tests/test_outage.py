@@ -11,6 +11,7 @@ from conftest import Api, Project, make_project, make_settings, query
 from tcp_proxy import CuttableProxy
 
 from keelwave.server.app import create_app
+from keelwave.server.http import appkeys
 
 
 async def test_outage_gives_503_and_recovers(db_url: str, project: Project, aiohttp_server):
@@ -123,7 +124,15 @@ async def test_slow_database_means_backpressure_not_growth(
         blocker = await psycopg.AsyncConnection.connect(db_url)
         await blocker.execute("LOCK TABLE agent_steps IN ACCESS EXCLUSIVE MODE")
         pending = [asyncio.create_task(post(n * 100)) for n in range(4)]
-        await asyncio.sleep(1.0)  # the first batch waits on the lock, three fill the buffer
+        # The first batch waits on the lock, three fill the buffer. (Waited for, not slept
+        # on: on a loaded machine a second was not always enough, and a fifth request let
+        # into the buffer would have waited on the lock this test holds until it answered.)
+        writer = server.app[appkeys.WRITER]
+        for _ in range(600):
+            if writer.waiting_rows >= 300 or any(task.done() for task in pending):
+                break
+            await asyncio.sleep(0.1)
+        assert writer.waiting_rows == 300, writer.waiting_rows
         status, body, headers = await api.post(
             "/v1/ingest/agent/steps",
             headers=project.auth(),

@@ -120,7 +120,8 @@ def long_run(steps: int) -> list[decode.Span]:
 def test_a_long_run_sent_a_few_spans_at_a_time_is_mapped_by_adding(added) -> None:
     spans = long_run(300)
     runs = replay(spans, 4)
-    assert added[0] >= len(spans) // 4 - 2  # all but the first export or so
+    # all but the first export or so, and those at the tie (mapped whole: mapping._order)
+    assert added[0] >= len(spans) // 4 - 3
     [run] = runs
     assert run.provisional and len(run.steps) == 300 and len(run.calls) == 300
     assert run.loop_step_index == 290

@@ -878,8 +878,8 @@ def test_a_vercel_ai_run_that_paused_for_a_client_side_tool_is_no_step_limit() -
     """A generateText whose last model call asked for a tool with no execute function
     ends on "tool-calls" too, but ran no tool after it: clean, not a step limit."""
     spans = decode.from_json((FIXTURES / "vercelai_step_limit.json").read_bytes())
-    last_tool = max((s for s in spans if s.name == "ai.toolCall"), key=lambda s: s.start_ns)
-    [run] = mapping.map_trace([s for s in spans if s is not last_tool])
+    # (the last call's: every span of it started in the same millisecond)
+    [run] = mapping.map_trace([s for s in spans if s.attributes.get("ai.toolCall.id") != "call_1"])
     assert run.termination_reason == "clean" and len(run.steps) == 1
 
 
@@ -1562,3 +1562,37 @@ def test_agent_frameworks_answer_at_its_function_invocation_limit_is_a_step_limi
                                                "gen_ai.tool.name": "search"})  # fmt: skip
     [run] = mapping.map_trace([agent, tool])
     assert run.termination_reason == "max_steps_reached"
+
+
+def test_vercel_ai_cached_and_reasoning_tokens_are_read() -> None:
+    """ai 6 writes them as ``ai.usage.inputTokenDetails.cacheReadTokens`` and
+    ``ai.usage.outputTokenDetails.reasoningTokens`` (5: ``ai.usage.cachedInputTokens``,
+    ``ai.usage.reasoningTokens``), parts of its input and output tokens."""
+    [run] = runs_of("vercelai_tied_loop")
+    first = run.calls[0]
+    assert (first.input_tokens, first.cache_read_tokens) == (1000, 400)
+    assert (first.output_tokens, first.reasoning_tokens) == (50, 30)
+
+
+@pytest.mark.parametrize(
+    ("name", "queries", "reason"),
+    [("vercelai_tied_loop", ["hull", "keel", "keel", "keel"], "clean"),
+     ("vercelai_tied_parallel_loop", ["keel", "b", "keel", "b"], "clean"),
+     ("vercelai_tied_step_limit", ["x0", "x1", "x2"], "max_steps_reached"),
+     ("vercelai_tied_length", ["a"], "context_limit")],
+)  # fmt: skip
+def test_spans_that_started_in_the_same_millisecond_keep_the_order_they_ran_in(
+    name: str, queries: list[str], reason: str
+) -> None:
+    """JavaScript's clocks tell milliseconds: with an instant model the AI SDK's tool
+    calls start with the model call that asked for them, parallel ones with each other.
+    A model call comes before the tools it asked for, in the order it asked, and after
+    those whose results its prompt holds; whatever the span ids."""
+    spans = decode.from_json((FIXTURES / f"{name}.json").read_bytes())
+    for ordered in (spans, spans[::-1]):
+        [run] = runs_of(name, ordered)
+        assert [json.loads(step.tool_input)["q"] for step in run.steps] == queries
+        assert run.termination_reason == reason
+        assert [call.step_index for call in run.calls][: len(queries)] == list(
+            range(1, len(queries) + 1)
+        ) or name == "vercelai_tied_parallel_loop"

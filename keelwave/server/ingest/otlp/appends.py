@@ -27,6 +27,8 @@ mapping.
 
 from __future__ import annotations
 
+import bisect
+import operator
 from dataclasses import dataclass
 
 from keelwave.server.ingest.otlp import conventions as c
@@ -104,8 +106,12 @@ def map_more(
         role not in _MEMBERS for role in roles
     ):
         return None
-    if mapping._start(new[0]) <= state.last:
-        return None  # before a step or call it has: their order changes
+    if new[0].start_ns <= state.last[0]:
+        return None  # before a step or call it has, or with one: their order changes
+    if any(one.start_ns == two.start_ns for one, two in zip(new, new[1:], strict=False)):
+        return None  # started at the same instant: mapping._order places them
+    if run.calls and _tied_with_a_step(run.calls[-1].started_ns, run.steps):
+        return None  # (its last call may get a new step: mapping._order placed it)
     has_model = state.has_model or c.MODEL in roles
     if has_model and not state.has_model:
         return None  # its first model span: calls are no longer what its agent sums up
@@ -145,6 +151,14 @@ def map_more(
     state.span_ids.update(span.span_id for span in new)
     state.last = mapping._start(new[-1])
     return [run]
+
+
+def _tied_with_a_step(started: int, steps: list[mapping.MappedStep]) -> bool:
+    at = bisect.bisect_left(steps, started, key=_STARTED)
+    return at < len(steps) and steps[at].started_ns == started
+
+
+_STARTED = operator.attrgetter("started_ns")
 
 
 def verify(runs: list[mapping.MappedRun], spans: list[Span], memo: mapping.Memo) -> None:

@@ -371,7 +371,7 @@ def parameter_names(span: Span) -> list[str] | None:
 
 def tool_call_id(span: Span) -> str | None:
     """The id of the model's request a tool span ran (``gen_ai.tool.call.id``)."""
-    value = first_of(span.attributes, "gen_ai.tool.call.id", "tool_call.id")
+    value = first_of(span.attributes, "gen_ai.tool.call.id", "tool_call.id", "ai.toolCall.id")
     return str(value) if value is not None else None
 
 

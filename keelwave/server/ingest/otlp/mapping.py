@@ -31,6 +31,12 @@ of it arrives.
   nearest run is it (not those of a nested agent), ordered by start time
   (then span id, for ties): steps 1…n. In a trace with no tool span at all,
   they are the tool calls its model calls asked for (requested.py).
+- Spans that start at the same instant (JavaScript's clocks tell milliseconds: the
+  Vercel AI SDK's tool calls start in the millisecond of the model call that asked
+  for them, parallel ones in the same one) are ordered as the trace says they ran
+  (:func:`_order`): a model call before the tool calls it asked for, those in the
+  order it asked for them, a tool call before the model call whose prompt holds its
+  result; else a model call before a tool call, then by span id.
 - Its model calls are the inference spans whose nearest run is it. Agent
   spans that repeat their run's token totals are never counted, unless the
   trace has no inference span at all: then an agent span's totals are its
@@ -133,8 +139,9 @@ def run_id(trace_id: bytes, span_id: bytes) -> uuid.UUID:
 # (per project: ids are the client's) so that old spans are not read again.
 # What a span mapped to, by span id; for a model call's span, also (by its id and b"?")
 # the tool calls its answer asked for and the results its prompt carries (requested.py);
-# for every span (by its id and b"r") its role.
-Memo = dict[bytes, "MappedStep | MappedCall | _Asked | str"]
+# for every span (by its id and b"r") its role; for a model call's span tied in time with
+# others (by its id and b"t"), the ids of the tool calls it asked for and answered.
+Memo = dict[bytes, "MappedStep | MappedCall | _Asked | _Ids | str"]
 
 
 def map_trace(spans: list[Span], memo: Memo | None = None) -> list[MappedRun]:
@@ -197,10 +204,14 @@ def map_trace(spans: list[Span], memo: Memo | None = None) -> list[MappedRun]:
         )
     for key, run in mapped.items():
         spans_of_run = members.get(key, [])
+        order = _order(spans_of_run, roles, memo)
         tools = sorted(
-            (s for s in spans_of_run if roles[s.span_id] in (c.TOOL, c.RETRIEVER)), key=_start
+            (s for s in spans_of_run if roles[s.span_id] in (c.TOOL, c.RETRIEVER)),
+            key=lambda s: order[s.span_id],
         )
-        calls = sorted((s for s in spans_of_run if roles[s.span_id] == c.MODEL), key=_start)
+        calls = sorted(
+            (s for s in spans_of_run if roles[s.span_id] == c.MODEL), key=lambda s: order[s.span_id]
+        )
         run.steps = (
             _asked_steps(calls, memo)
             if asked
@@ -217,10 +228,10 @@ def map_trace(spans: list[Span], memo: Memo | None = None) -> list[MappedRun]:
             run.calls = [] if run.provisional else _summed_call(unique[key])
         else:
             run.calls = [_call(span, memo) for span in calls]
-        _link_calls(run)
+        _link_calls(run, order=order)
         run.loop_step_index = _loop_began(run.steps)
         if not run.provisional:
-            _finish(run, unique[key], unique, memo)
+            _finish(run, unique[key], unique, memo, order)
     return sorted(mapped.values(), key=lambda run: (run.started_ns, str(run.run_id)))
 
 
@@ -563,31 +574,33 @@ def _summed_call(span: Span) -> list[MappedCall]:
                        error=None, started_ns=span.start_ns)]  # fmt: skip
 
 
-def _cut_off_after_tools(span: Span, children: list[Span]) -> bool:
+def _cut_off_after_tools(span: Span, children: list[Span], order: _Order) -> bool:
     """A Vercel AI SDK run stopped by its step limit (``stopWhen``) ends on a step whose
     tools ran, their results never shown to the model: its finish reason is still
     ``tool-calls``, and the last thing it started was a tool call. (One that paused for
     a tool the client runs itself ends on the model call that asked for it.)"""
     if span.attributes.get("ai.response.finishReason") != "tool-calls":
         return False
-    last = max(children, key=_start, default=None)
+    last = max(children, key=functools.partial(_span_place, order), default=None)
     return last is not None and c.role(last) == c.TOOL
 
 
-def _link_calls(run: MappedRun, first: int = 0) -> None:
+def _link_calls(run: MappedRun, first: int = 0, order: _Order | None = None) -> None:
     """Each call's step: the first tool call that started after the model call began
-    and before the next model call did (the call that asked for it). From the call
-    numbered ``first`` on (appends.py: the calls before keep theirs)."""
+    and before the next model call did (the call that asked for it), in the run's
+    ``order`` (:func:`_order`; without it, a step that started with a call is after it).
+    From the call numbered ``first`` on (appends.py: the calls before keep theirs)."""
     steps, calls = run.steps, run.calls
+    place = functools.partial(_place, order or {})
     position = 0
     if first and first < len(calls):  # (steps are in start order: skip to the call's)
         position = bisect.bisect_left(steps, calls[first].started_ns, key=_STEP_START)
     for number in range(first, len(calls)):
-        call = calls[number]
-        until = calls[number + 1].started_ns if number + 1 < len(calls) else None
-        while position < len(steps) and steps[position].started_ns < call.started_ns:
+        call, began = calls[number], place(calls[number])
+        until = place(calls[number + 1]) if number + 1 < len(calls) else None
+        while position < len(steps) and place(steps[position]) < began:
             position += 1
-        if position < len(steps) and (until is None or steps[position].started_ns < until):
+        if position < len(steps) and (until is None or place(steps[position]) < until):
             call.step_index = steps[position].step_index
 
 
@@ -610,7 +623,107 @@ def _start(span: Span) -> tuple[int, bytes]:
     return (span.start_ns, span.span_id)
 
 
-def _mastra_stopped_after_tools(run: MappedRun, span: Span) -> bool:
+# A span's place in its run: (start, rank among the spans that started at the same
+# instant, span id). See _order.
+_Order = dict[bytes, tuple[int, int, bytes]]
+_Ids = tuple[list[str], set[str]]
+_LATER = 1 << 30  # (the rank of a step or call _order has not placed: after its peers)
+
+
+def _order(spans: list[Span], roles: dict[bytes, str], memo: Memo | None) -> _Order:
+    """The order of a run's tool and model spans: by start, and, among spans that
+    started at the same instant, as the trace says they ran. A model call comes before
+    the tool calls it asked for (by the call's id: requested.asked_ids, the tool span's
+    c.tool_call_id), which come in the order it asked for them; a tool call comes
+    before a model call whose prompt holds its result (requested.answered_ids), and so
+    does the model call that asked for it; where the trace does not say, a model call
+    comes before a tool call, then the smaller span id first. A function of the set
+    of spans alone."""
+    by_start: dict[int, list[Span]] = {}
+    for span in spans:
+        by_start.setdefault(span.start_ns, []).append(span)
+    order: _Order = {}
+    tied = [group for group in by_start.values() if len(group) > 1]
+    for group in by_start.values():
+        if len(group) == 1:
+            order[group[0].span_id] = (group[0].start_ns, 0, group[0].span_id)
+    if not tied:
+        return order
+    calls = sorted((s for s in spans if roles[s.span_id] == c.MODEL), key=_start)
+    ids = {call.span_id: _ids(call, memo) for call in calls}
+    asking: dict[str, list[tuple[int, int]]] = {}  # call id -> (start, place) of each ask
+    for call in calls:
+        for place, call_id in enumerate(ids[call.span_id][0]):
+            asking.setdefault(call_id, []).append((call.start_ns, place))
+    for group in tied:
+        for rank, span in enumerate(_tied(group, roles, ids, asking)):
+            order[span.span_id] = (span.start_ns, rank, span.span_id)
+    return order
+
+
+def _tied(
+    group: list[Span],
+    roles: dict[bytes, str],
+    ids: dict[bytes, _Ids],
+    asking: dict[str, list[tuple[int, int]]],
+) -> list[Span]:
+    """Spans that started at the same instant, in the order they ran (see _order)."""
+    calls = [span for span in group if roles[span.span_id] == c.MODEL]
+    tools = {span.span_id: c.tool_call_id(span) for span in group if roles[span.span_id] != c.MODEL}
+    before: dict[bytes, set[bytes]] = {span.span_id: set() for span in group}
+    for call in calls:
+        asked, answered = ids[call.span_id]
+        for tool, call_id in tools.items():
+            if call_id is not None and call_id in asked:
+                before[tool].add(call.span_id)
+            if call_id is not None and call_id in answered:
+                before[call.span_id].add(tool)
+        for other in calls:
+            if other is not call and not ids[other.span_id][1].isdisjoint(asked):
+                before[other.span_id].add(call.span_id)
+
+    def rank(span: Span) -> tuple[int, int, bytes]:
+        call_id = tools.get(span.span_id)
+        if span.span_id not in tools:
+            return (0, 0, span.span_id)
+        # its place in the answer that asked for it (the last to ask that started by then)
+        places = [place for start, place in asking.get(call_id or "", ()) if start <= span.start_ns]
+        return (1, places[-1] if places else 0, span.span_id)
+
+    ordered: list[Span] = []
+    left = sorted(group, key=rank)
+    while left:  # (where the trace contradicts itself, the first by rank goes first)
+        done = {span.span_id for span in ordered}
+        ready = next((s for s in left if before[s.span_id] <= done), left[0])
+        ordered.append(ready)
+        left.remove(ready)
+    return ordered
+
+
+def _ids(span: Span, memo: Memo | None) -> _Ids:
+    """The ids of the tool calls a model span asked for and of those whose results its
+    prompt holds (requested.py), remembered."""
+    key = span.span_id + b"t"
+    known = memo.get(key) if memo is not None else None
+    if isinstance(known, tuple):
+        return known  # type: ignore[return-value]
+    found = (requested.asked_ids(span), requested.answered_ids(span))
+    if memo is not None:
+        memo[key] = found
+    return found
+
+
+def _place(order: _Order, item: MappedStep | MappedCall) -> tuple[int, int, bytes]:
+    """A step's or call's place in its run (_order); one it has not placed (a step a
+    model call asked for) after those that started with it."""
+    return order.get(item.span_id) or (item.started_ns, _LATER, item.span_id)
+
+
+def _span_place(order: _Order, span: Span) -> tuple[int, int, bytes]:
+    return order.get(span.span_id) or (span.start_ns, 0, span.span_id)
+
+
+def _mastra_stopped_after_tools(run: MappedRun, span: Span, order: _Order) -> bool:
     """A Mastra agent stopped by its ``maxSteps``: its last model call asked for tools
     (finish reason ``tool-calls``), they ran, and no model call saw their results. (Its
     run span says nothing of it; Mastra otherwise always shows tools' results to the
@@ -618,7 +731,9 @@ def _mastra_stopped_after_tools(run: MappedRun, span: Span) -> bool:
     if span.scope != c.MASTRA or not run.calls or not run.steps:
         return False
     last = run.calls[-1]
-    return "tool-calls" in last.finish_reasons and run.steps[-1].started_ns >= last.started_ns
+    return "tool-calls" in last.finish_reasons and _place(order, run.steps[-1]) > _place(
+        order, last
+    )
 
 
 def _forced_to_answer(run: MappedRun) -> bool:
@@ -628,7 +743,7 @@ def _forced_to_answer(run: MappedRun) -> bool:
     return last is not None and c.FORCED_FINAL_ANSWER in last
 
 
-def _said_to_stop(run: MappedRun, span: Span, children: list[Span]) -> bool:
+def _said_to_stop(run: MappedRun, span: Span, children: list[Span], order: _Order) -> bool:
     """A step limit that leaves no exception: the run's own output says so (Haystack's
     ``exit_reason``, LangChain's call-limit middleware's answer), its own finish reason
     does (OpenTelemetry's smolagents instrumentation: ``max_steps``), the model was told
@@ -640,17 +755,22 @@ def _said_to_stop(run: MappedRun, span: Span, children: list[Span]) -> bool:
         or any(reason in c.LIMIT_EXITS for reason in reasons)
         or (run.output is not None and any(said in run.output for said in c.LIMIT_ANSWERS))
         or _forced_to_answer(run)
-        or _cut_off_after_tools(span, children)
-        or _mastra_stopped_after_tools(run, span)
+        or _cut_off_after_tools(span, children, order)
+        or _mastra_stopped_after_tools(run, span, order)
     )
 
 
 def _finish(
-    run: MappedRun, span: Span, unique: dict[bytes, Span], memo: Memo | None = None
+    run: MappedRun,
+    span: Span,
+    unique: dict[bytes, Span],
+    memo: Memo | None = None,
+    order: _Order | None = None,
 ) -> None:
     """Set the run's end: only once its own span has ended."""
     if not span.end_ns:
         return
+    order = order or {}
     children = [s for s in unique.values() if s.parent_span_id == span.span_id]
     # A wrapper that stays OK while the agent inside it failed (OpenAI Agents SDK,
     # smolagents): look at the spans of the agent's own machinery right under it. Not
@@ -659,7 +779,7 @@ def _finish(
     failures = [span, *(s for s in children if _role(s, memo) in (c.AGENT, c.OTHER))]
     kinds = [kind.lower() for failed in failures for kind in c.exception_types(failed)]
     error, traceback = c.error(span), c.stacktrace(span)
-    ended_on = None if error else _ended_on_failure(run, children, unique, memo)
+    ended_on = None if error else _ended_on_failure(run, children, unique, memo, order)
     if ended_on is not None:
         error, traceback = c.error(ended_on), c.stacktrace(ended_on)
         kinds += [kind.lower() for kind in c.exception_types(ended_on)]
@@ -668,7 +788,7 @@ def _finish(
     # or the last answer cut off in a run that did not fail. Any other failure: error.
     ran_out = any(limit in kind for kind in kinds for limit in c.CONTEXT_LIMITS)
     if any(limit in kind for kind in kinds for limit in c.STEP_LIMITS) or _said_to_stop(
-        run, span, children
+        run, span, children, order
     ):
         run.termination_reason = "max_steps_reached"
     elif ran_out or (
@@ -687,7 +807,11 @@ def _finish(
 
 
 def _ended_on_failure(
-    run: MappedRun, children: list[Span], unique: dict[bytes, Span], memo: Memo | None
+    run: MappedRun,
+    children: list[Span],
+    unique: dict[bytes, Span],
+    memo: Memo | None,
+    order: _Order,
 ) -> Span | None:
     """The failed span a run ended on while its own span stayed OK (the OpenAI Agents
     SDK raises out of Runner.run and leaves its agent span OK): the last of the
@@ -695,12 +819,12 @@ def _ended_on_failure(
     an input guardrail tripped: v2's instrumentation); or the run's last model call,
     where it failed and nothing started after it (the SDK raising on an incomplete
     answer). A failed call or turn the agent went on from is not the run's failure."""
-    last = max(children, key=_start, default=None)
+    last = max(children, key=functools.partial(_span_place, order), default=None)
     if last is not None and _role(last, memo) == c.OTHER and c.error(last):
         return last
     call = run.calls[-1] if run.calls else None
     if call is None or call.status != "error" or call.span_id not in unique:
         return None
-    if run.steps and run.steps[-1].started_ns >= call.started_ns:
+    if run.steps and _place(order, run.steps[-1]) > _place(order, call):
         return None
     return unique[call.span_id]

@@ -79,6 +79,9 @@ def model_call(span: Span) -> dict[str, Any]:
             "gen_ai.usage.cache_read.input_tokens",
             "llm.token_count.prompt_details.cache_read",
             "gen_ai.usage.details.cache_read_tokens",  # pydantic-ai's older name for it
+            # The Vercel AI SDK's (6; 5's older name), part of its input tokens
+            "ai.usage.inputTokenDetails.cacheReadTokens",
+            "ai.usage.cachedInputTokens",
         ),
         "reasoning_tokens": integer(
             a,
@@ -88,6 +91,9 @@ def model_call(span: Span) -> dict[str, Any]:
             # pydantic-ai's (its usage details: OpenAI's completion_tokens_details), part
             # of its output tokens too
             "gen_ai.usage.details.reasoning_tokens",
+            # The Vercel AI SDK's (6; 5's older name), part of its output tokens
+            "ai.usage.outputTokenDetails.reasoningTokens",
+            "ai.usage.reasoningTokens",
         ),
         "finish_reasons": finish_reasons(finish),
     }

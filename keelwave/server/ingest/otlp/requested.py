@@ -155,3 +155,34 @@ def tool_results(span: Span) -> dict[str, Any]:
             if fields.get("role") == "tool" and call is not None and "content" in fields:
                 results[call] = fields["content"]
     return results
+
+
+def asked_ids(span: Span) -> list[str]:
+    """The ids of the tool calls a model span's answer asked for, in its order: from
+    :func:`tool_calls`, else the Vercel AI SDK's ``ai.response.toolCalls``
+    (``[{"toolCallId", "toolName", "input"}]``)."""
+    ids = [call_id for _, _, call_id in tool_calls(span) if call_id is not None]
+    if ids or "ai.response.toolCalls" not in span.attributes:
+        return ids
+    listed = c.json_value(span.attributes["ai.response.toolCalls"])
+    return [
+        str(call["toolCallId"])
+        for call in (listed if isinstance(listed, list) else [])
+        if isinstance(call, dict) and call.get("toolCallId") not in (None, "")
+    ]
+
+
+def answered_ids(span: Span) -> set[str]:
+    """The ids of the tool calls whose results a model span's prompt carries: those of
+    :func:`tool_results`, and the Vercel AI SDK's ``ai.prompt.messages`` (``tool``
+    messages of ``{"type": "tool-result", "toolCallId"}`` parts)."""
+    ids = set(tool_results(span))
+    prompt = c.json_value(span.attributes.get("ai.prompt.messages"))
+    for message in prompt if isinstance(prompt, list) else []:
+        parts = message.get("content") if isinstance(message, dict) else None
+        for part in parts if isinstance(parts, list) else []:
+            if not isinstance(part, dict) or part.get("type") != "tool-result":
+                continue
+            if (call := _id(part.get("toolCallId"))) is not None:
+                ids.add(call)
+    return ids

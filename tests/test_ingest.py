@@ -471,3 +471,46 @@ async def test_a_body_that_is_not_the_gzip_it_says_is_a_400(api: Api, project: P
     assert status == 400, answer
     assert answer["error"]["code"] == "malformed_body"
     assert "gzip" in answer["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        ("/v1/ingest/agent/runs", {"agent_name": "a", "started_at": "0001-01-01T00:00:00+01:00"},
+         "started_at"),
+        ("/v1/ingest/agent/runs", {"agent_name": "a", "started_at": "9999-12-31T23:59:59-01:00"},
+         "started_at"),
+        ("/v1/ingest/agent/steps", [{"run_id": str(uuid.uuid4()), "step_index": 1,
+                                     "started_at": "0001-01-01T00:30:00+01:00"}],
+         "[0].started_at"),
+        ("/v1/ingest/ai", [{"provider": "openai", "model": "gpt-4o",
+                            "started_at": "9999-12-31T23:00:00-02:00"}], "[0].started_at"),
+        ("/v1/ingest/agent/runs/finish", [{"id": str(uuid.uuid4()), "termination_reason":
+                                           "clean", "ended_at": "0001-01-01T00:00:00+05:00"}],
+         "[0].ended_at"),
+    ],
+)  # fmt: skip
+async def test_a_time_outside_the_years_1_to_9999_in_utc_is_a_422_naming_it(
+    api: Api, project: Project, path: str, body, field: str
+) -> None:
+    # Stored, it read back as 1 BC or year 10000, which every read of it refused.
+    status, answer, _ = await api.post(path, json=body, headers=project.auth())
+    assert status == 422, answer
+    assert answer["error"]["field"] == field, answer
+
+
+async def test_a_step_ending_after_the_year_9999_does_not_break_the_timeline(
+    api: Api, project: Project
+) -> None:
+    _, body, _ = await api.post(
+        "/v1/ingest/agent/runs", json={"agent_name": "late"}, headers=project.auth()
+    )
+    run_id = body["data"]["id"]
+    step = {"run_id": run_id, "step_index": 1, "tool_name": "t",
+            "started_at": "9999-12-31T23:59:59.999Z", "duration_ms": 5000}  # fmt: skip
+    status, _, _ = await api.post("/v1/ingest/agent/steps", json=[step], headers=project.auth())
+    assert status == 200
+    status, answer, _ = await api.get(
+        f"/v1/projects/{project.name}/agent/runs/{run_id}/timeline", headers=project.auth()
+    )
+    assert status == 200, answer

@@ -40,6 +40,7 @@ from keelwave.server.ingest.schemas import (
     Step,
     StepsAccepted,
     StepsAcceptedResponse,
+    TimestampOutOfRange,
     check_name,
     clean_text,
     decode,
@@ -142,13 +143,17 @@ async def start_run(request: web.Request) -> web.Response:
             check_name(tag, f"tags[{number}]", position if is_array else None)
         run_id = run.id or uuid.uuid4()
         ids.append(run_id)
+        try:
+            started = timestamp(run.started_at, now)
+        except TimestampOutOfRange as error:
+            raise error.at(_path(is_array, position, "started_at")) from None
         rows.append(
             (
                 principal.project_uuid,
                 run_id,
                 run.agent_name,
                 run.parent_run_id,
-                timestamp(run.started_at, now),
+                started,
                 rules.json_payload(payload_as_sent(run.input)),
                 rules.json_payload(payload_as_sent(run.metadata)),
                 run.tags,
@@ -160,10 +165,14 @@ async def start_run(request: web.Request) -> web.Response:
     return json_response(RunStartedResponse(RunStarted(ids[0])), status=201)
 
 
-def _finish_of(body: RunFinish, now: datetime, rules: ServerRedaction) -> Finish:
+def _finish_of(body: RunFinish, now: datetime, rules: ServerRedaction, field: str) -> Finish:
+    try:
+        ended = timestamp(body.ended_at, now)
+    except TimestampOutOfRange as error:
+        raise error.at(field) from None
     return Finish(
         termination_reason=body.termination_reason,
-        ended_at=timestamp(body.ended_at, now),
+        ended_at=ended,
         loop_detected=body.loop_detected,
         loop_step_index=body.loop_step_index,
         output=rules.json_text(payload(body.output)),
@@ -205,9 +214,12 @@ def stored_traceback(text: str | None, rules: ServerRedaction) -> str | None:
 async def finish_many(request: web.Request) -> web.Response:
     """Finish several runs at once (an SDK batching finishes); unknown runs are listed."""
     principal = await request.app[appkeys.KEYSTORE].authenticate(request, INGEST)
-    items, _ = _as_list(decode(await _body(request), FINISHES_BODY))
+    items, is_array = _as_list(decode(await _body(request), FINISHES_BODY))
     now = datetime.now(UTC)
-    finishes = [(item.id, _finish_of(item, now, principal.redaction)) for item in items]
+    finishes = [
+        (item.id, _finish_of(item, now, principal.redaction, _path(is_array, n, "ended_at")))
+        for n, item in enumerate(items)
+    ]
     unknown = await _finish(request, principal, finishes)
     return json_response(RunsFinishedResponse(RunsFinished(len(finishes) - len(unknown), unknown)))
 
@@ -223,7 +235,7 @@ async def finish(request: web.Request) -> web.Response:
     principal = await request.app[appkeys.KEYSTORE].authenticate(request, INGEST)
     run_id = params.run_id_of(request)
     body: RunFinish = decode(await _body(request), RunFinish)
-    finish = _finish_of(body, datetime.now(UTC), principal.redaction)
+    finish = _finish_of(body, datetime.now(UTC), principal.redaction, "ended_at")
     if await _finish(request, principal, [(run_id, finish)]):
         raise not_found(f"run {run_id}")
     return json_response(RunFinishedResponse(RunFinished(run_id, body.termination_reason)))
@@ -261,7 +273,10 @@ async def ingest_steps(request: web.Request) -> web.Response:
                 field,
             )
         seen.add(identity)
-        started = timestamp(step.started_at, now)
+        try:
+            started = timestamp(step.started_at, now)
+        except TimestampOutOfRange as error:
+            raise error.at(_path(is_array, position, "started_at")) from None
         if expired is not None and started < expired:
             continue  # past the project's retention: see retention_cutoff
         stored_input = stored[position]
@@ -308,7 +323,10 @@ async def ingest_model_calls(request: web.Request) -> web.Response:
         check_name(call.model, "model", position if is_array else None)
         call_id = call.id or uuid.uuid4()
         ids.append(call_id)
-        started = timestamp(call.started_at, now)
+        try:
+            started = timestamp(call.started_at, now)
+        except TimestampOutOfRange as error:
+            raise error.at(_path(is_array, position, "started_at")) from None
         if expired is not None and started < expired:
             continue  # past the project's retention: see retention_cutoff
         rows.append(

@@ -299,10 +299,25 @@ def payload_as_sent(raw: Raw | UnsetType) -> Raw | None:
     return raw if raw else None
 
 
+class TimestampOutOfRange(Exception):
+    """A timestamp that UTC takes out of the years 1 to 9999 (see :func:`timestamp`)."""
+
+    def __init__(self, value: datetime) -> None:
+        super().__init__(value)
+        self.value = value
+
+    def at(self, field: str) -> ApiError:
+        """The 422 naming the field it came in."""
+        message = f"{field}: {self.value.isoformat()} is outside the years 1 to 9999 in UTC"
+        return ApiError(422, "validation_error", message, field)
+
+
 def timestamp(value: datetime | None, default: datetime) -> datetime:
     """Timestamps without a zone are taken as UTC; the others are converted to it.
 
-    (ISO 8601 allows offsets up to ±24 hours, PostgreSQL only up to ±16.)
+    (ISO 8601 allows offsets up to ±24 hours, PostgreSQL only up to ±16.) One that the
+    conversion takes out of the years 1 to 9999 raises TimestampOutOfRange: PostgreSQL
+    would store it (as 1 BC, or year 10000), and every read of it would then fail.
     """
     if value is None:
         return default
@@ -310,5 +325,5 @@ def timestamp(value: datetime | None, default: datetime) -> datetime:
         return value.replace(tzinfo=UTC)
     try:
         return value.astimezone(UTC)
-    except OverflowError:  # within hours of year 1 or 9999: let the database say
-        return value
+    except OverflowError:
+        raise TimestampOutOfRange(value) from None

@@ -130,7 +130,12 @@ def _cursor(request: web.Request) -> tuple[datetime, int, str] | None:
 
 
 def _ended(started: datetime, duration_ms: float | None) -> datetime | None:
-    return started + timedelta(milliseconds=duration_ms) if duration_ms is not None else None
+    if duration_ms is None:
+        return None
+    try:
+        return started + timedelta(milliseconds=duration_ms)
+    except OverflowError:  # (a step that would end after the year 9999)
+        return datetime.max.replace(tzinfo=started.tzinfo)
 
 
 def _step(row: dict[str, Any]) -> dict[str, Any]:

@@ -315,10 +315,10 @@ def _sent(kwargs: Any) -> Any:
     }
 
 
-def _envelope(value: Any, parameters: list[str] | None = None) -> Any:
+def _envelope(value: Any, parameters: Any = None) -> Any:
     """The call's own arguments out of an instrumentation's wrapping, or None if none;
-    ``parameters`` are the tool's parameter names in signature order, if it says them
-    (positional arguments are named by them)."""
+    ``parameters``: the tool span's ``tool.parameters``, if it has them (positional
+    arguments are named by them: :func:`parameter_names`)."""
     if isinstance(value, dict):
         if "inputs" in value and ("input_str" in value or "kwargs" in value):
             return value["inputs"]  # OpenLLMetry's LangChain callback envelope
@@ -336,9 +336,10 @@ def _envelope(value: Any, parameters: list[str] | None = None) -> Any:
     return None
 
 
-def _named(args: Any, kwargs: Any, parameters: list[str] | None) -> dict | None:
+def _named(args: Any, kwargs: Any, parameters: Any) -> dict | None:
     """smolagents' positional ``args`` and ``kwargs`` as one dict of keyword arguments:
-    the args named by the tool's ``parameters`` (in signature order), so that
+    the args named by the tool's ``parameters`` (read only here, where there are any
+    positional ones: :func:`parameter_names`), so that
     ``f("Paris", "C")``, ``f("Paris", unit="C")`` and ``f(city="Paris", unit="C")`` are
     the same call; None when they cannot be named (more args than names, a name given
     twice, no names)."""
@@ -346,19 +347,19 @@ def _named(args: Any, kwargs: Any, parameters: list[str] | None) -> dict | None:
         return None
     if not args:
         return kwargs
-    if parameters is None or len(args) > len(parameters):
+    names = parameter_names(parameters)
+    if names is None or len(args) > len(names):
         return None
-    named = dict(zip(parameters, args, strict=False))
+    named = dict(zip(names, args, strict=False))
     if any(key in named for key in kwargs):
         return None
     return {**named, **kwargs}
 
 
-def parameter_names(span: Span) -> list[str] | None:
+def parameter_names(raw: Any) -> list[str] | None:
     """The tool's parameter names in signature order, from OpenInference's
     ``tool.parameters`` (smolagents: ``{"city": {"type": …}, …}``; or a JSON schema's
     ``properties``), or None."""
-    raw = span.attributes.get("tool.parameters")
     value = _parsed(raw) if isinstance(raw, str) else raw
     if not isinstance(value, dict):
         return None
@@ -399,7 +400,9 @@ def tool_input(span: Span) -> bytes | None:
         raw = _mcp_arguments(raw)
     # (OpenLIT's LangChain tool spans write the arguments as a Python dict's repr)
     return arguments_json(
-        raw, python_dicts=span.scope == OPENLIT_LANGCHAIN, parameters=parameter_names(span)
+        raw,
+        python_dicts=span.scope == OPENLIT_LANGCHAIN,
+        parameters=attributes.get("tool.parameters"),
     )
 
 
@@ -427,12 +430,11 @@ def _mcp_arguments(raw: Any) -> Any:
     return raw
 
 
-def arguments_json(
-    raw: Any, python_dicts: bool = False, parameters: list[str] | None = None
-) -> bytes | None:
+def arguments_json(raw: Any, python_dicts: bool = False, parameters: Any = None) -> bytes | None:
     """A tool call's arguments, however sent, as the bytes keelwave fingerprints
     (tool_input's rules); with ``python_dicts``, text that is no JSON but a Python
-    dict's repr as that dict; ``parameters`` name positional arguments (_envelope)."""
+    dict's repr as that dict; ``parameters`` (the span's ``tool.parameters``) name
+    positional arguments (_envelope)."""
     if raw is None:
         return None
     if not isinstance(raw, str):

@@ -639,6 +639,8 @@ def _order(spans: list[Span], roles: dict[bytes, str], memo: Memo | None) -> _Or
     does the model call that asked for it; where the trace does not say, a model call
     comes before a tool call, then the smaller span id first. A function of the set
     of spans alone."""
+    if len({span.start_ns for span in spans}) == len(spans):  # (most runs: no tie)
+        return {span.span_id: (span.start_ns, 0, span.span_id) for span in spans}
     by_start: dict[int, list[Span]] = {}
     for span in spans:
         by_start.setdefault(span.start_ns, []).append(span)
@@ -647,8 +649,6 @@ def _order(spans: list[Span], roles: dict[bytes, str], memo: Memo | None) -> _Or
     for group in by_start.values():
         if len(group) == 1:
             order[group[0].span_id] = (group[0].start_ns, 0, group[0].span_id)
-    if not tied:
-        return order
     calls = sorted((s for s in spans if roles[s.span_id] == c.MODEL), key=_start)
     ids = {call.span_id: _ids(call, memo) for call in calls}
     asking: dict[str, list[tuple[int, int]]] = {}  # call id -> (start, place) of each ask

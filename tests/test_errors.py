@@ -75,6 +75,25 @@ async def post(
             "[1].step_index",
         ),
         (b'"a string"', 422, "validation_error", None),
+        # half of a surrogate pair: no Unicode text; the field that holds it is named
+        (
+            b'[{"run_id": "%s", "step_index": 1, "tool_input": {"q": ["ok", "x\\ud800"]}}]',
+            422,
+            "validation_error",
+            "[0].tool_input.q[1]",
+        ),
+        (
+            b'{"run_id": "%s", "step_index": 1, "tool_name": "t\\udc00"}',
+            422,
+            "validation_error",
+            "tool_name",
+        ),
+        (
+            b'{"run_id": "%s", "step_index": 1, "error": "e\\ud83d"}',
+            422,
+            "validation_error",
+            "error",
+        ),
     ],
     ids=lambda value: value[:40].decode(errors="replace") if isinstance(value, bytes) else None,
 )
@@ -88,6 +107,8 @@ async def test_bad_steps_are_rejected_clearly(
     assert got["error"]["code"] == code
     assert got["error"].get("field") == field
     assert got["error"]["message"]
+    if b"\\ud" in body:
+        assert "lone UTF-16 surrogate" in got["error"]["message"]
     # nothing of a rejected request is stored
     assert query(
         db_url, "SELECT count(*) FROM agent_steps WHERE run_id = %s", (run_id.decode(),)

@@ -176,3 +176,36 @@ def test_answers_in_the_requests_encoding() -> None:
     answer = ExportTraceServiceResponse()
     answer.ParseFromString(body)
     assert (answer.partial_success.rejected_spans, kind) == (2, "application/x-protobuf")
+
+
+@pytest.mark.parametrize(
+    ("sent", "read"),
+    [
+        (b'"cut \\ud83d"', "cut \ufffd"),  # the high half alone
+        (b'"\\udc00 tail"', "\ufffd tail"),  # the low half alone
+        (b'"\\ud83d\\ude00 \\uD83D"', "\U0001f600 \ufffd"),  # a pair is one character
+        (b'"\\\\ud800 \\ud800"', "\\ud800 \ufffd"),  # an escaped backslash is no escape
+        (b'"bytes \xed\xa0\x80 \xff"', "bytes \ufffd\ufffd\ufffd \ufffd"),  # not UTF-8
+    ],
+)
+def test_json_text_that_is_not_unicode_becomes_replacement_characters(
+    sent: bytes, read: str
+) -> None:
+    body = (
+        b'{"resourceSpans": [{"scopeSpans": [{"spans": [{"traceId": "' + b"1" * 32
+        + b'", "spanId": "' + b"2" * 16 + b'", "name": "n", "attributes": [{"key": "k", '
+        b'"value": {"stringValue": ' + sent + b"}}]}]}]}]}"
+    )  # fmt: skip
+    (span,) = decode.from_json(body)
+    assert span.attributes == {"k": read}
+
+
+def test_protobuf_strings_that_are_not_utf8_become_replacement_characters() -> None:
+    body = export()
+    assert body.count(b"research-agent") == 1
+    broken = body.replace(b"research-agent", b"research\xed\xa0\x80ent")  # the same length
+    spans = decode.from_protobuf(broken)
+    assert {span.resource["service.name"] for span in spans} == {"research\ufffd\ufffd\ufffdent"}
+    assert [span.name for span in spans] == [span.name for span in decode.from_protobuf(body)]
+    with pytest.raises(decode.DecodeError):  # what is no export stays refused
+        decode.from_protobuf(broken[:-7] + b"\xff" * 7)

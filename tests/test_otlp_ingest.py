@@ -691,6 +691,52 @@ async def test_a_nul_character_in_a_spans_attribute_leaves_its_run_readable(api,
     assert "\\u0000" not in json.dumps(detail["data"].get("metadata"))  # (as U+FFFD)
 
 
+@pytest.mark.parametrize("as_protobuf", [False, True], ids=["json", "protobuf"])
+async def test_text_that_is_not_unicode_is_kept_as_the_collector_keeps_it(
+    api, project, db_url: str, as_protobuf: bool
+) -> None:
+    """Half a surrogate pair (a JavaScript string cut in UTF-16 units: protobuf.js writes
+    bytes that are not UTF-8, JSON.stringify an escape like \\ud83d) in one span's result
+    and in the resource: protobuf refuses the export as it is, and an exporter drops an
+    export answered 400, every span with it. Each bad sequence becomes U+FFFD instead."""
+    doc = json.loads(json.dumps(document("pydanticai_loop")))
+    resource = doc["resourceSpans"][0]
+    cut = "@#@" if as_protobuf else "\ud83d"  # (3 bytes, as the bad ones; an escape in JSON)
+    resource["resource"]["attributes"].append({"key": "user.note", "value": {"stringValue": cut}})
+    spans = resource["scopeSpans"][0]["spans"]
+    tool = next(span for span in spans if "execute_tool" in span["name"])
+    for attribute in tool["attributes"]:
+        if attribute["key"] == "gen_ai.tool.call.result":
+            attribute["value"]["stringValue"] = f"sunny {cut}"
+    if as_protobuf:
+        body = to_protobuf(doc).replace(b"@#@", b"\xed\xa0\xbd")
+        media = PROTOBUF
+    else:
+        body = json.dumps(doc).encode()
+        assert b"\\ud83d" in body
+        media = "application/json"
+    async with api.session.post(
+        api.url + "/v1/traces", data=body, headers=headers(project.keys["ingest"], media)
+    ) as response:
+        assert response.status == 200, await response.read()
+        answer = await response.read()
+    assert answer in (b"", b"{}")  # nothing rejected
+    runs = await runs_of(api, project)
+    (run,) = runs["data"]
+    assert run["step_count"] == 3 and run["loop_detected"]
+    ids = (project.id, run["id"])  # (a run's id is its trace's and span's: other projects')
+    outputs = query(
+        db_url,
+        "SELECT tool_output::text FROM agent_steps WHERE project_id = %s AND run_id = %s",
+        ids,
+    )
+    assert sum("sunny \ufffd" in json.loads(output) for (output,) in outputs) == 1
+    ((metadata,),) = query(
+        db_url, "SELECT metadata::text FROM agent_runs WHERE project_id = %s AND id = %s", ids
+    )
+    assert "\ufffd" in json.loads(metadata)["user.note"]
+
+
 async def test_an_empty_export_is_fine(api, project) -> None:
     status, body = await send(api, project.keys["ingest"], {"resourceSpans": []})
     assert (status, json.loads(body)) == (200, {})

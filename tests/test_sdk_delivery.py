@@ -188,7 +188,7 @@ def test_one_refused_event_loses_only_itself(
     assert finished == [(20,)]
     refused = warnings_about(caplog, "refused")
     assert len(refused) == 1, refused  # one kind of problem, one line
-    assert "400" in refused[0] and "surrogate" in refused[0]  # the server's own words
+    assert "422" in refused[0] and "surrogate" in refused[0]  # the server's own words
 
 
 @pytest.fixture(scope="module")

@@ -16,6 +16,7 @@ them): their docstrings and field descriptions are what its readers see.
 
 from __future__ import annotations
 
+import json
 import re
 import uuid
 from datetime import UTC, datetime
@@ -241,11 +242,56 @@ def decode(body: bytes, kind: Any) -> Any:
     except msgspec.ValidationError as error:
         raise _validation_error(str(error)) from None
     except msgspec.DecodeError as error:
+        lone = _lone_surrogate(body)
+        if lone is not None:
+            raise lone from None
         raise ApiError(400, "malformed_json", f"request body is not valid JSON: {error}") from None
     except RecursionError:
         raise ApiError(
             400, "malformed_json", "request body is nested too deeply (limit about 1000 levels)"
         ) from None
+
+
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _lone_surrogate(body: bytes) -> ApiError | None:
+    """A 422 naming the field that holds an escape like ``\\ud800`` without its other
+    half, which JSON's grammar allows but is no Unicode text (msgspec's own message
+    says only that the JSON is malformed, at a byte offset); None if there is none.
+    Python's json module reads such escapes, so it can find the field."""
+    if not _SURROGATE_ESCAPE.search(body):
+        return None
+    try:
+        path = _surrogate_at(json.loads(body), "")
+    except (ValueError, RecursionError):
+        return None
+    if path is None:
+        return None
+    field = path.lstrip(".") or None
+    message = (
+        "holds a lone UTF-16 surrogate escape (like \\ud800 without its pair), which is "
+        "not Unicode text; send the character itself, or U+FFFD in its place"
+    )
+    return ApiError(422, "validation_error", f"{field}: {message}" if field else message, field)
+
+
+def _surrogate_at(value: Any, path: str) -> str | None:
+    """The path of the first string or key in ``value`` holding a lone surrogate."""
+    if isinstance(value, str):
+        return path if _SURROGATE.search(value) else None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if _SURROGATE.search(key):
+                return f"{path}.{_SURROGATE.sub(chr(0xFFFD), key)}"
+            if (found := _surrogate_at(item, f"{path}.{key}")) is not None:
+                return found
+    elif isinstance(value, list):
+        for position, item in enumerate(value):
+            if (found := _surrogate_at(item, f"{path}[{position}]")) is not None:
+                return found
+    return None
 
 
 def _validation_error(text: str) -> ApiError:

@@ -22,7 +22,7 @@ from typing import Any
 
 import msgspec
 
-from keelwave.server.ingest.otlp import dialects
+from keelwave.server.ingest.otlp import dialects, text_repair
 
 MAX_NESTING = 64  # attribute values nested deeper than this are cut (arrays, kvlists)
 
@@ -97,7 +97,10 @@ def from_protobuf(body: bytes) -> list[Span]:
     try:
         request.ParseFromString(body)
     except ProtobufError as error:
-        raise DecodeError(f"the body is not an OTLP protobuf trace export: {error}") from None
+        repaired = text_repair.protobuf_text(body)  # a string that is not UTF-8?
+        if repaired is None:
+            raise DecodeError(f"the body is not an OTLP protobuf trace export: {error}") from None
+        request.ParseFromString(repaired)
     spans = []
     for resource_spans in request.resource_spans:
         resource = _pb_attributes(resource_spans.resource.attributes)
@@ -171,7 +174,12 @@ _json = msgspec.json.Decoder()
 def from_json(body: bytes) -> list[Span]:
     try:
         document = _json.decode(body)
-    except (msgspec.DecodeError, RecursionError) as error:
+    except msgspec.DecodeError as error:
+        repaired = text_repair.json_text(body)  # not UTF-8, or a lone surrogate escape?
+        if repaired is None:
+            raise DecodeError(f"the body is not valid JSON: {error}") from None
+        document = _parsed_json(repaired)
+    except RecursionError as error:
         raise DecodeError(f"the body is not valid JSON: {error}") from None
     if not isinstance(document, dict):
         raise DecodeError("an OTLP JSON export is an object with resourceSpans")
@@ -189,6 +197,13 @@ def from_json(body: bytes) -> list[Span]:
     except (AttributeError, TypeError, ValueError) as error:
         raise DecodeError(f"the body is not an OTLP JSON trace export: {error}") from None
     return dialects.rewrite(spans)
+
+
+def _parsed_json(body: bytes) -> Any:
+    try:
+        return _json.decode(body)
+    except (msgspec.DecodeError, RecursionError) as error:
+        raise DecodeError(f"the body is not valid JSON: {error}") from None
 
 
 def _unreadable(problem: str, resource: dict[str, Any], scope: str) -> Span:

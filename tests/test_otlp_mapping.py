@@ -1596,3 +1596,46 @@ def test_spans_that_started_in_the_same_millisecond_keep_the_order_they_ran_in(
         assert [call.step_index for call in run.calls][: len(queries)] == list(
             range(1, len(queries) + 1)
         ) or name == "vercelai_tied_parallel_loop"
+
+
+# TypeScript frameworks, each through its instrumentation and the JavaScript
+# OpenTelemetry SDK (tests/otlp_fixtures/capture/js): an agent "looper" calls search with
+# the same arguments three times, then one more tool, with a fake model.
+JS_LOOPS = ["openaiagentsjs_loop", "langgraphjs_loop", "openllmetryjs_loop",
+            "openaijs_genai_tools_loop", "beeaijs_loop"]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", JS_LOOPS)
+def test_javascript_frameworks_loops_and_the_calls_that_asked_for_each_step(name: str) -> None:
+    """JavaScript's spans start in whole milliseconds: a quick tool starts in the
+    millisecond of the model call after it, and where no call id tells them apart the
+    one that ended first ran first. LangChain.js sends a tool's result as a serialized
+    message in an envelope; BeeAI's TypeScript instrumentation a span for every event."""
+    [run] = runs_of(name)
+    assert [step.tool_name for step in run.steps][:3] == ["search"] * 3 and len(run.steps) == 4
+    assert run.loop_step_index == 1 and run.termination_reason == "clean"
+    outputs = {step.tool_output for step in run.steps[:3]}
+    assert len(outputs) == 1 and b"results for weather in Paris" in outputs.pop()
+    assert b'"lc"' not in (run.steps[0].tool_output or b"")
+    assert [call.step_index for call in run.calls][:4] == [1, 2, 3, 4]
+    # (the hand-written agent span says only its answer; the workflow span of the OpenAI
+    # Agents SDK, which wraps its agent, says what the agent was asked and answered)
+    assert run.output is not None and (run.input is not None or name.startswith("openaijs"))
+
+
+def test_a_run_whose_parent_span_is_missing_and_holds_no_work_has_no_parent_yet() -> None:
+    """The OpenAI Agents SDK for JavaScript never sends its workflow span when the run
+    raised: the agent's parent would be a run that never exists. It has none; if the
+    missing span comes and is an agent, the run is its child."""
+    [run] = runs_of("openaiagentsjs_max_turns")
+    assert run.parent_run_id is None and run.termination_reason == "max_steps_reached"
+    outer = span(1, None, "invoke_agent outer", {"gen_ai.operation.name": "invoke_agent",
+                                                 "gen_ai.agent.name": "outer"})  # fmt: skip
+    inner = span(2, 1, "invoke_agent inner", {"gen_ai.operation.name": "invoke_agent",
+                                              "gen_ai.agent.name": "inner"})  # fmt: skip
+    tool = span(3, 2, "execute_tool t", {"gen_ai.operation.name": "execute_tool",
+                                         "gen_ai.tool.name": "t"})  # fmt: skip
+    [alone] = mapping.map_trace([inner, tool])
+    assert alone.agent_name == "inner" and alone.parent_run_id is None
+    both = {run.agent_name: run for run in mapping.map_trace([outer, inner, tool])}
+    assert both["inner"].parent_run_id == both["outer"].run_id

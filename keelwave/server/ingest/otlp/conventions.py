@@ -467,6 +467,12 @@ def tool_output(span: Span) -> bytes | None:
             return canonical_json(raw).encode()
         if isinstance(parsed, dict) and set(parsed) >= {"output"} and "kwargs" in parsed:
             return canonical_json(_message_content(parsed["output"])).encode()
+        if (
+            isinstance(parsed, dict)
+            and len(parsed) == 1
+            and _is_serialized_message(parsed.get("output"))
+        ):  # (LangChain.js through OpenInference: the serialized message, in an envelope)
+            return canonical_json(parsed["output"]["kwargs"]["content"]).encode()
         if _is_serialized_message(parsed):
             return canonical_json(parsed["kwargs"]["content"]).encode()
         if _is_tool_call_result(parsed):

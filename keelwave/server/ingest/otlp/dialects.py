@@ -28,6 +28,13 @@ OpenLLMetry). A few widely used ones have their own words for the same things:
   few class names the instrumentation maps to a provider. Such a name is kept as
   ``llamaindex.llm.class_name``; the provider is then the model's family.
 
+- **OpenInference's BeeAI instrumentation for TypeScript** (beeai-framework 0.1.9 to
+  0.1.13): a span for every event a tool, model or agent emits (``target``
+  ``tool.dynamic.search.start``, ``….success``, ``….finish``…), each of its emitter's
+  kind. The ``success`` or ``error`` event of a tool or model is the call (the tool's
+  arguments in ``tool.parameters``, its name only in the target); every other event
+  span, and an agent's, is plumbing.
+
 One form belongs to no scope: the GenAI conventions' older event form of an
 inference's details, a ``gen_ai.client.inference.operation.details`` event carrying
 what the span's own attributes would (``gen_ai.input.messages``,
@@ -245,7 +252,28 @@ def _openllmetry_llamaindex(span: Span) -> None:
         _move(attributes, "gen_ai.provider.name", "llamaindex.llm.class_name")
 
 
+BEEAI_TS_SCOPE = "@arizeai/openinference-instrumentation-beeai"
+_BEEAI_CALLS = frozenset(("TOOL", "LLM"))
+_BEEAI_OUTCOMES = frozenset(("success", "error"))
+
+
+def _beeai_ts(span: Span) -> None:
+    attributes = span.attributes
+    target = attributes.get("target")
+    kind = attributes.get("openinference.span.kind")
+    if not isinstance(target, str) or kind is None:
+        return  # (the agent's own span, or one rewritten already)
+    *path, event = target.split(".")
+    if kind in _BEEAI_CALLS and event in _BEEAI_OUTCOMES and path:
+        if kind == "TOOL":
+            attributes.setdefault("tool.name", path[-1])  # tool.dynamic.<name>
+            _move(attributes, "tool.parameters", "input.value")
+        return
+    attributes["beeai.event.kind"] = attributes.pop("openinference.span.kind")
+
+
 _BY_SCOPE = {
+    BEEAI_TS_SCOPE: _beeai_ts,
     MLFLOW_SCOPE: _mlflow,
     LOGFIRE_AGENTS_SCOPE: _logfire_agents,
     LANGSMITH_SCOPE: _langsmith,

@@ -158,7 +158,7 @@ def map_trace(spans: list[Span], memo: Memo | None = None) -> list[MappedRun]:
     structure.workflows_with_work(unique, roles)
     structure.model_wrappers(unique, roles)
     wrapped = structure.tool_wrappers(unique, roles)
-    runs = _run_spans(unique, roles)
+    runs, wrapped_by = _run_spans(unique, roles)
     # A trace without any tool span: its steps are the calls its models asked for.
     asked = not any(role in (c.TOOL, c.RETRIEVER) for role in roles.values())
     # One without any model span: a run's model use is what its agent span sums up.
@@ -199,9 +199,20 @@ def map_trace(spans: list[Span], memo: Memo | None = None) -> list[MappedRun]:
             parent = handoffs.handed_off_by(span, runs, unique, owner, said) or _enclosing(
                 span, parent, unique
             )
-        mapped[key] = _run(
+        mapped[key] = run = _run(
             trace_id, key, span, runs.get(key), parent, members.get(key, []), fallback
         )
+        if key in wrapped_by:
+            wrapper = wrapped_by[key]
+            run.input = run.input if run.input is not None else c.run_input(wrapper)
+            run.output = run.output if run.output is not None else c.run_output(wrapper)
+    ids = {run.run_id for run in mapped.values()}
+    for run in mapped.values():
+        if run.parent_run_id is not None and run.parent_run_id not in ids:
+            # Its parent is a span not here (yet) that holds no work of its own: maybe no
+            # agent at all (the OpenAI Agents SDK's workflow span, never sent when the run
+            # raised). Never a parent that does not exist; mapped again if it comes.
+            run.parent_run_id = None
     for key, run in mapped.items():
         spans_of_run = members.get(key, [])
         order = _order(spans_of_run, roles, memo)
@@ -342,9 +353,14 @@ def _run(
     return run
 
 
-def _run_spans(unique: dict[bytes, Span], roles: dict[bytes, str]) -> dict[bytes, str]:
+def _run_spans(
+    unique: dict[bytes, Span], roles: dict[bytes, str]
+) -> tuple[dict[bytes, str], dict[bytes, Span]]:
     """Run span id -> agent name. A nameless agent span wrapping exactly one agent
-    (and no tool or model call of its own) gives way to it."""
+    (and no tool or model call of its own) gives way to it; the second dict maps
+    such an agent to the span that wrapped it, which may say the run's input and
+    output where the agent's own span does not (the OpenAI Agents SDK's JavaScript
+    instrumentation puts them on the workflow span only)."""
     agents = {span_id for span_id, role in roles.items() if role == c.AGENT}
     children: dict[bytes, list[bytes]] = {}
     for span_id, span in unique.items():
@@ -366,6 +382,7 @@ def _run_spans(unique: dict[bytes, Span], roles: dict[bytes, str]) -> dict[bytes
         return found, tool
 
     runs: dict[bytes, str] = {}
+    wrapped_by: dict[bytes, Span] = {}
     for span_id in agents:
         name = c.agent_name(unique[span_id])
         below, has_tool = inner(span_id)
@@ -375,9 +392,11 @@ def _run_spans(unique: dict[bytes, Span], roles: dict[bytes, str]) -> dict[bytes
             # workflow span (the OpenAI Agents SDK), or one around a single agent of
             # the same name (OpenLLMetry's invoke_agent around LangGraph's workflow).
             if name is None or (len(below) == 1 and names == {name}):
+                if len(below) == 1:
+                    wrapped_by[below[0]] = unique[span_id]
                 continue
         runs[span_id] = name or unique[span_id].name
-    return runs
+    return runs, wrapped_by
 
 
 def _enclosing(span: Span, parent: bytes | None, unique: dict[bytes, Span]) -> bytes | None:
@@ -636,9 +655,9 @@ def _order(spans: list[Span], roles: dict[bytes, str], memo: Memo | None) -> _Or
     the tool calls it asked for (by the call's id: requested.asked_ids, the tool span's
     c.tool_call_id), which come in the order it asked for them; a tool call comes
     before a model call whose prompt holds its result (requested.answered_ids), and so
-    does the model call that asked for it; where the trace does not say, a model call
-    comes before a tool call, then the smaller span id first. A function of the set
-    of spans alone."""
+    does the model call that asked for it; where no id says, of a model call and a tool
+    call the one that ended first (they take turns), then a model call before a tool
+    call, then the smaller span id first. A function of the set of spans alone."""
     if len({span.start_ns for span in spans}) == len(spans):  # (most runs: no tie)
         return {span.span_id: (span.start_ns, 0, span.span_id) for span in spans}
     by_start: dict[int, list[Span]] = {}
@@ -681,6 +700,19 @@ def _tied(
         for other in calls:
             if other is not call and not ids[other.span_id][1].isdisjoint(asked):
                 before[other.span_id].add(call.span_id)
+    spans = {span.span_id: span for span in group}
+    for call in calls:
+        for tool in tools:
+            if call.span_id in before[tool] or tool in before[call.span_id]:
+                continue
+            # No id says: the one that ended first ran first (a run's model calls and
+            # tools take turns; JavaScript's clocks give starts in whole milliseconds,
+            # its durations finer, so a quick tool ties with the call after it).
+            ended = spans[tool].end_ns
+            if 0 < ended < call.end_ns:
+                before[call.span_id].add(tool)
+            elif 0 < call.end_ns < ended:
+                before[tool].add(call.span_id)
 
     def rank(span: Span) -> tuple[int, int, bytes]:
         call_id = tools.get(span.span_id)

@@ -15,8 +15,6 @@ attribute names of their own are rewritten into the common ones here (dialects.p
 from __future__ import annotations
 
 import base64
-import gzip
-import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,27 +59,6 @@ class UnreadableSpan(Span):
     a protobuf span with a bad id is (export.check counts it). Never stored."""
 
     problem: str = ""
-
-
-def decompress(body: bytes, encoding: str | None, limit: int) -> bytes:
-    """Undo ``Content-Encoding`` (gzip, deflate, identity); the limit applies to the
-    result, so a small compressed body cannot unpack into an unbounded one."""
-    encoding = (encoding or "identity").strip().lower()
-    if encoding in ("", "identity"):
-        return body
-    if encoding == "gzip":
-        decompressor = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
-    elif encoding == "deflate":
-        decompressor = zlib.decompressobj()
-    else:
-        raise DecodeError(f"Content-Encoding {encoding!r} is not supported (gzip, deflate)")
-    try:
-        data = decompressor.decompress(body, limit + 1)
-    except (zlib.error, gzip.BadGzipFile) as error:
-        raise DecodeError(f"the body is not valid {encoding}: {error}") from None
-    if len(data) > limit or decompressor.unconsumed_tail:
-        raise OverflowError(limit)
-    return data
 
 
 # -- protobuf ---------------------------------------------------------------------

@@ -1,5 +1,5 @@
 """OTLP exports from the real OpenTelemetry SDK decode the same from protobuf and from
-OTLP JSON (hex ids, integers as strings), compressed or not."""
+OTLP JSON (hex ids, integers as strings)."""
 
 from __future__ import annotations
 

@@ -8,6 +8,7 @@ import asyncio
 import copy
 import gzip
 import json
+import time
 import uuid
 import zlib
 
@@ -532,6 +533,53 @@ async def test_tool_calls_arriving_before_their_agent_make_a_running_run_it_then
     assert finished["id"] == running["id"] and finished["status"] == "finished"
     assert finished["agent_name"] == "weather_agent" and finished["termination_reason"] == "clean"
     assert stored(db_url, project.id)["run_rollups"] == rollups_recomputed(db_url, project.id)
+
+
+def _genai_span(span_id: str, parent: str | None, name: str, attributes: dict) -> dict:
+    began = (time.time_ns() // 60_000_000_000 - 10) * 60_000_000_000  # (the same for all)
+    return {
+        "traceId": "ab" * 16, "spanId": span_id * 16, "name": name, "kind": 1,
+        **({"parentSpanId": parent * 16} if parent else {}),
+        "startTimeUnixNano": str(began + int(span_id) * 1_000_000),
+        "endTimeUnixNano": str(began + (10 - int(span_id)) * 1_000_000_000),
+        "attributes": [{"key": k, "value": {"stringValue": v}} for k, v in attributes.items()],
+    }  # fmt: skip
+
+
+async def test_a_child_run_whose_parent_has_not_arrived_gets_it_when_it_does(api, project) -> None:
+    """An agent whose only work is another agent: its span comes last. Until then the
+    inner run has no parent (not one that does not exist); then it is its child."""
+    outer = _genai_span(
+        "1",
+        None,
+        "invoke_agent outer",
+        {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "outer"},
+    )
+    inner = _genai_span(
+        "2",
+        "1",
+        "invoke_agent inner",
+        {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "inner"},
+    )
+    tool = _genai_span("3", "2", "execute_tool t", {"gen_ai.operation.name": "execute_tool",
+                       "gen_ai.tool.name": "t", "gen_ai.tool.call.arguments": "{}"})  # fmt: skip
+
+    def export(*spans: dict) -> dict:
+        return {"resourceSpans": [{"scopeSpans": [{"spans": list(spans)}]}]}
+
+    async def parents() -> dict[str, str | None]:
+        runs = (await runs_of(api, project))["data"]
+        names = {run["id"]: run["agent_name"] for run in runs}
+        return {run["agent_name"]: names.get(run["parent_run_id"]) for run in runs}
+
+    assert (await send(api, project.keys["ingest"], export(tool, inner)))[0] == 200
+    assert await parents() == {"inner": None}
+    status, detail, _ = await api.get(
+        f"/v1/projects/{project.name}/agent/runs?root=true", headers=project.auth()
+    )
+    assert [run["agent_name"] for run in detail["data"]] == ["inner"]
+    assert (await send(api, project.keys["ingest"], export(outer)))[0] == 200
+    assert await parents() == {"inner": "outer", "outer": None}
 
 
 async def test_a_run_whose_agent_span_has_not_arrived_is_from_spans_and_still_going(

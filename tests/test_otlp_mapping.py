@@ -1639,3 +1639,35 @@ def test_a_run_whose_parent_span_is_missing_and_holds_no_work_has_no_parent_yet(
     assert alone.agent_name == "inner" and alone.parent_run_id is None
     both = {run.agent_name: run for run in mapping.map_trace([outer, inner, tool])}
     assert both["inner"].parent_run_id == both["outer"].run_id
+
+
+def test_google_adk_for_typescript_model_calls_are_its_call_llm_spans() -> None:
+    """ADK for TypeScript sends no span for the model call inside its ``call_llm``
+    turn, which carries the model, the tokens and the finish reasons (and names ADK,
+    not the model's maker, as the system)."""
+    [run] = runs_of("adkjs_loop")
+    assert [step.step_index for step in run.steps] == [1, 2, 3] and run.loop_step_index == 1
+    assert [call.step_index for call in run.calls] == [1, 2, 3, None]
+    assert sum(call.input_tokens for call in run.calls) == 460
+    assert {(call.provider, call.model) for call in run.calls} == {("google", "gemini-2.5-flash")}
+    [cut] = runs_of("adkjs_length")  # (its last call finished at "max_tokens")
+    assert cut.termination_reason == "context_limit"
+    nested = {run.agent_name: run for run in runs_of("adkjs_nested")}
+    parent = nested["coordinator"].run_id
+    assert nested["helper"].parent_run_id == nested["billing"].parent_run_id == parent
+    assert all(len(run.calls) == 2 for run in nested.values())
+
+
+def test_strands_for_typescript() -> None:
+    """Its MaxTokensError is a context limit; its default dialect says a run's input and
+    output in span events; its Swarm hands off by a structured answer naming the next
+    agent (``agentId``)."""
+    for name in ("strandsjs_length", "strandsjs_latest_length"):
+        [run] = runs_of(name)
+        assert run.termination_reason == "context_limit", name
+    [run] = runs_of("strandsjs_loop")
+    assert run.input == b'[{"text":"what is keelwave?"}]'
+    assert run.output == b'"final: keelwave is a tool"'
+    assert {call.provider for call in run.calls} == {"openai"}
+    swarm = {run.agent_name: run for run in runs_of("strandsjs_swarm")}
+    assert swarm["billing"].parent_run_id == swarm["triage"].run_id

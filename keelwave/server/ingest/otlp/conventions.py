@@ -97,7 +97,8 @@ STEP_LIMITS = (
     "max iterations of",  # LlamaIndex's WorkflowRuntimeError: "Max iterations of 3 reached!"
 )  # fmt: skip
 # What a run stopped by its model's token limit says (exception types and messages,
-# lowercased): Strands' MaxTokensReachedException (its last answer was cut off), OpenAI's
+# lowercased): Strands' MaxTokensReachedException (its last answer was cut off; its
+# TypeScript SDK's MaxTokensError, "Model reached maximum token limit"), OpenAI's
 # context_length_exceeded (the prompt no longer fits), and the Responses API's incomplete
 # answer, which the OpenAI Agents SDK raises on ("incomplete_details=IncompleteDetails(
 # reason='max_output_tokens')"). openai 3.x puts only the error's message in its
@@ -105,11 +106,13 @@ STEP_LIMITS = (
 # Semantic Kernel), Anthropic's says "prompt is too long".
 CONTEXT_LIMITS = (
     "maxtokensreachedexception", "context_length_exceeded", "max_output_tokens",
-    "maximum context length", "prompt is too long",
+    "maximum context length", "prompt is too long", "maxtokenserror",
 )  # fmt: skip
 # Google ADK's span after a turn's parallel tool calls, ``execute_tool (merged)``: its
 # record of the calls it merged into one answer (each has a span of its own), no call.
 ADK_MERGED_TOOLS = "(merged tools)"
+ADK = "gcp.vertex.agent"  # Google ADK's instrumentation scope
+ADK_CALL_LLM = "call_llm"
 
 
 def _metadata(span: Span) -> dict[str, Any]:
@@ -174,6 +177,11 @@ def role(span: Span) -> str:
     if openinference == "LLM" and span.name.endswith(LLAMAINDEX_REQUEST_BUILDER):
         return OTHER  # builds the request; the call is the chat span next to it
     if operation in MODEL_OPERATIONS or openinference in ("LLM", "EMBEDDING"):
+        return MODEL
+    if span.name == ADK_CALL_LLM and span.scope == ADK and "gen_ai.request.model" in attributes:
+        # Google ADK's turn: a model call of its own in ADK for TypeScript, which sends no
+        # span inside it for the call; in ADK for Python, one around its generate_content
+        # span (structure.model_wrappers: only the inner one counts).
         return MODEL
     if traceloop == "llm" or span.name.endswith(".chat"):
         return MODEL
@@ -604,11 +612,17 @@ _NOT_METADATA = (
 
 
 def run_input(span: Span) -> bytes | None:
-    return as_json(first_of(span.attributes, *RUN_INPUTS))
+    said = first_of(span.attributes, *RUN_INPUTS)
+    if said is None and span.events:  # (the older GenAI event form: Strands' default)
+        said = _event_attribute(span, "gen_ai.user.message", "content")
+    return as_json(said)
 
 
 def run_output(span: Span) -> bytes | None:
-    return as_json(first_of(span.attributes, *RUN_OUTPUTS))
+    said = first_of(span.attributes, *RUN_OUTPUTS)
+    if said is None and span.events:
+        said = _event_attribute(span, "gen_ai.choice", "message", "content")
+    return as_json(said)
 
 
 def resource_metadata(span: Span) -> dict[str, Any]:

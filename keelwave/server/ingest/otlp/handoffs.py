@@ -80,7 +80,7 @@ def collect(
         name = span.name.lower()
         if roles[span_id] == c.TOOL and c.tool_name(span).lower() in _BY_ARGUMENT:
             # (not by its name: "transfer_to_agent" names no agent, "agent" at most)
-            target = _argument_target(c.tool_input(span))
+            target = _argument_target(c.tool_input(span), c.tool_name(span).lower())
             if target is not None:
                 texts.append((target, name))
         elif "handoff" in name or "transfer" in name:
@@ -92,7 +92,7 @@ def collect(
             for tool, raw, _ in requested.tool_calls(span):
                 tool = tool.lower()
                 if tool in _BY_ARGUMENT:
-                    target = _argument_target(c.arguments_json(raw))
+                    target = _argument_target(c.arguments_json(raw), tool)
                     if target is not None:
                         texts.append((target, tool))
                     continue
@@ -105,17 +105,23 @@ def collect(
 
 
 _TOOL_PREFIXES = ("handoff_to_", "transfer_to_")  # a handoff tool's name before its target's
-# Handoff tools that name their target in an argument, not in their name: Google ADK's
-# and Strands Swarm's.
-_BY_ARGUMENT = frozenset(("transfer_to_agent", "handoff_to_agent"))
-_TARGET_ARGUMENT = "agent_name"
+# Handoff tools that name their target in an argument, not in their name, and that
+# argument's names: Google ADK's (Python, TypeScript) and Strands Swarm's (Python; its
+# TypeScript Swarm picks the next agent by a structured answer, ``agentId``).
+_BY_ARGUMENT = {
+    "transfer_to_agent": ("agent_name", "agentName"),
+    "handoff_to_agent": ("agent_name", "agentName"),
+    "strands_structured_output": ("agentId",),
+}
 
 
-def _argument_target(arguments: bytes | None) -> str | None:
-    """The agent a handoff tool's arguments name (``agent_name``), lowercased."""
+def _argument_target(arguments: bytes | None, tool: str) -> str | None:
+    """The agent a handoff tool's arguments name, lowercased."""
     parsed = c.json_value(arguments.decode()) if arguments is not None else None
-    target = parsed.get(_TARGET_ARGUMENT) if isinstance(parsed, dict) else None
-    return target.lower() if isinstance(target, str) and target else None
+    if not isinstance(parsed, dict):
+        return None
+    target = next((parsed[k] for k in _BY_ARGUMENT[tool] if parsed.get(k)), None)
+    return target.lower() if isinstance(target, str) else None
 
 
 def _mentions(span: Span) -> bool:

@@ -36,6 +36,11 @@ _MODEL_FAMILIES = (
 )
 
 
+# What some frameworks write where the provider goes: their own name (Google ADK's
+# call_llm span, Strands'), not the model's maker.
+_FRAMEWORKS = frozenset(("gcp.vertex.agent", "strands-agents"))
+
+
 def provider_of(model: str) -> str:
     """The maker of ``model`` when its name tells (``gpt-4o-mini-2024-07-18``: openai),
     else "unknown"."""
@@ -61,6 +66,8 @@ def model_call(span: Span) -> dict[str, Any]:
         or "unknown"
     )
     provider = first_of(a, "gen_ai.provider.name", "gen_ai.system", "llm.provider", "llm.system")
+    if provider in _FRAMEWORKS:
+        provider = None  # (the model's family says)
     return {
         # (lowercased, as the conventions write them: OpenLLMetry's Haystack sends "OpenAI")
         "provider": str(provider).lower() if provider is not None else provider_of(model),

@@ -35,6 +35,26 @@ OpenLLMetry). A few widely used ones have their own words for the same things:
   arguments in ``tool.parameters``, its name only in the target); every other event
   span, and an agent's, is plumbing.
 
+- **Firebase Genkit** (JavaScript 1.x, Python 0.12; scope ``genkit-tracer``): only
+  ``genkit:*`` attributes. An action's kind is its ``genkit:metadata:subtype``
+  (``flow``, ``model``, ``tool``, ``tool.v2``…), its name ``genkit:name``, what it was
+  given and returned ``genkit:input`` and ``genkit:output`` (JSON text); a model's
+  tokens and finish reason are inside its output, its name is ``plugin/model``; a
+  ``tool.v2`` wraps its result in ``{"output": …}``. Genkit for Python marks a failed
+  action ``genkit:state`` ``error`` and may leave the span's status unset. A flow is the
+  run (the ``generate`` spans between are plumbing);
+- **VoltAgent** (``@voltagent/core``): an agent span (``entity.type`` ``agent``; a
+  sub-agent's name in ``subagent.name``), tool spans (``span.type`` ``tool``) with the
+  call's ``input`` and ``output``, and one ``llm:…`` span per generateText or streamText
+  call however many model requests it made, with only the last one's usage. The agent
+  span's ``usage.*`` are the run's totals: the trace's model use (as for a trace
+  without model spans), and the ``llm:…`` span no model call;
+- **Langfuse's SDKs** (``@langfuse/tracing`` 5, Python 3; scope ``langfuse-sdk``):
+  ``langfuse.observation.type`` (``agent``, ``tool``, ``generation``…), named by the
+  span, with ``langfuse.observation.input`` / ``.output``, ``….model.name`` and
+  ``….usage_details`` (JSON; Langfuse's OpenAI wrapper takes the cached and reasoning
+  tokens out of ``input`` and ``output``), and a failure as ``….level`` ``ERROR``.
+
 One form belongs to no scope: the GenAI conventions' older event form of an
 inference's details, a ``gen_ai.client.inference.operation.details`` event carrying
 what the span's own attributes would (``gen_ai.input.messages``,
@@ -272,7 +292,188 @@ def _beeai_ts(span: Span) -> None:
     attributes["beeai.event.kind"] = attributes.pop("openinference.span.kind")
 
 
+GENKIT_SCOPE = "genkit-tracer"
+_GENKIT_KINDS = {
+    "flow": "AGENT", "model": "LLM", "background-model": "LLM", "tool": "TOOL",
+    "tool.v2": "TOOL", "retriever": "RETRIEVER", "embedder": "EMBEDDING",
+}  # fmt: skip
+# Genkit's model plugins (the part of a model's name before the slash) whose provider
+# is known; another plugin's model is left to its name (model_calls.provider_of).
+_GENKIT_PROVIDERS = {
+    "openai": "openai", "anthropic": "anthropic", "googleai": "gcp.gemini",
+    "vertexai": "gcp.vertex_ai", "deepseek": "deepseek", "xai": "x_ai",
+    "mistral": "mistral_ai", "groq": "groq",
+}  # fmt: skip
+
+
+def _genkit(span: Span) -> None:
+    attributes = span.attributes
+    if "openinference.span.kind" in attributes:
+        return  # (rewritten already)
+    if attributes.get("genkit:state") == "error" and span.status_code != 2:
+        # (Genkit for Python: the failure in the action's output, the status unset)
+        span.status_code = 2
+        span.status_message = (
+            _genkit_failure(attributes.get("genkit:output")) or span.status_message
+        )
+    if _GENKIT_MAX_TURNS in span.status_message or any(
+        _GENKIT_MAX_TURNS in str(event.attributes.get("exception.message") or "")
+        for event in span.events
+    ):  # (its generate's maxTurns; the flow that raised it is the run)
+        attributes.setdefault("gen_ai.response.finish_reasons", ["max_turns"])
+    kind = _GENKIT_KINDS.get(str(attributes.get("genkit:metadata:subtype")))
+    if kind is None:
+        return  # (generate, a prompt, a custom action: plumbing between the others)
+    attributes["openinference.span.kind"] = kind
+    name = attributes.get("genkit:name")
+    if kind == "AGENT" and isinstance(name, str):
+        attributes.setdefault("gen_ai.agent.name", name)
+    elif kind == "TOOL" and isinstance(name, str):
+        attributes.setdefault("tool.name", name)
+    elif kind == "LLM":
+        _genkit_model(attributes, name)
+        return  # (its input and output: the whole request and answer, kept as Genkit's)
+    _move(attributes, "genkit:input", "input.value")
+    output = attributes.pop("genkit:output", None)
+    if output is not None:
+        if attributes.get("genkit:metadata:subtype") == "tool.v2":
+            said = _decoded(output)  # {"output": the tool's result}
+            if isinstance(said, dict) and "output" in said and set(said) <= _TOOL_V2_KEYS:
+                output = msgspec.json.encode(said["output"]).decode()
+        attributes.setdefault("output.value", output)
+
+
+# What Genkit's generate raises at its maxTurns (JavaScript and Python alike).
+_GENKIT_MAX_TURNS = "Exceeded maximum tool call iterations"
+_TOOL_V2_KEYS = frozenset(("output", "content", "metadata"))
+
+
+def _genkit_failure(output: Any) -> str:
+    """What an action's output says of its failure: ``{"error": {"status", "message",
+    "details": {"reason"}}}`` as "ABORTED: Exceeded maximum tool call iterations (2)
+    (MAX_TURNS_EXCEEDED)"."""
+    said = _decoded(output)
+    failure = said.get("error") if isinstance(said, dict) else None
+    if not isinstance(failure, dict):
+        return ""
+    message = ": ".join(str(failure[key]) for key in ("status", "message") if failure.get(key))
+    details = failure.get("details")
+    reason = details.get("reason") if isinstance(details, dict) else None
+    return f"{message} ({reason})" if reason else message
+
+
+def _genkit_model(attributes: dict[str, Any], name: Any) -> None:
+    if isinstance(name, str) and name:
+        plugin, _, model = name.partition("/")
+        attributes.setdefault("llm.model_name", model or plugin)
+        if model and plugin in _GENKIT_PROVIDERS:
+            attributes.setdefault("llm.provider", _GENKIT_PROVIDERS[plugin])
+    answer = _decoded(attributes.get("genkit:output"))
+    if not isinstance(answer, dict):
+        return
+    usage = answer.get("usage")
+    if isinstance(usage, dict):
+        for key, new in (
+            ("inputTokens", "llm.token_count.prompt"),
+            ("outputTokens", "llm.token_count.completion"),
+            ("cachedContentTokens", "llm.token_count.prompt_details.cache_read"),
+            ("thoughtsTokens", "llm.token_count.completion_details.reasoning"),
+        ):
+            if isinstance(usage.get(key), int | float):
+                attributes.setdefault(new, int(usage[key]))
+    if isinstance(answer.get("finishReason"), str):
+        attributes.setdefault("llm.finish_reason", answer["finishReason"])
+
+
+VOLTAGENT_SCOPE = "@voltagent/core"
+
+
+def _voltagent(span: Span) -> None:
+    attributes = span.attributes
+    if "openinference.span.kind" in attributes:
+        return  # (rewritten already)
+    kind = attributes.get("span.type")
+    if kind == "tool":
+        attributes["openinference.span.kind"] = "TOOL"
+        _move(attributes, "tool.call.id", "gen_ai.tool.call.id")
+        # (its tool.parameters is the tool's schema: no names for positional arguments)
+        _move(attributes, "tool.parameters", "voltagent.tool.parameters")
+        _move(attributes, "input", "input.value")
+        _move(attributes, "output", "output.value")
+    elif kind is None and attributes.get("entity.type") == "agent":
+        attributes["openinference.span.kind"] = "AGENT"
+        # (a sub-agent's entity.name is its supervisor's)
+        name = attributes.get("subagent.name") or attributes.get("entity.name")
+        if isinstance(name, str) and name:
+            attributes.setdefault("gen_ai.agent.name", name)
+        _move(attributes, "input", "input.value")
+        _move(attributes, "output", "output.value")
+        # The run's model use, summed (its llm spans say only their last request's).
+        for old, new in (
+            ("ai.model.name", "llm.model_name"),
+            ("usage.prompt_tokens", "llm.token_count.prompt"),
+            ("usage.completion_tokens", "llm.token_count.completion"),
+            ("usage.cached_tokens", "llm.token_count.prompt_details.cache_read"),
+            ("usage.reasoning_tokens", "llm.token_count.completion_details.reasoning"),
+            ("ai.response.finish_reason", "llm.finish_reason"),
+        ):
+            _move(attributes, old, new)
+        if attributes.get("voltagent.stopped_by_max_steps") is True:
+            attributes.setdefault("gen_ai.response.finish_reasons", ["max_steps"])
+
+
+LANGFUSE_SCOPE = "langfuse-sdk"
+_LANGFUSE_KINDS = {
+    "agent": "AGENT", "tool": "TOOL", "generation": "LLM", "embedding": "EMBEDDING",
+    "retriever": "RETRIEVER", "chain": "CHAIN",
+}  # fmt: skip
+_LANGFUSE = "langfuse.observation."
+
+
+def _langfuse(span: Span) -> None:
+    attributes = span.attributes
+    if "openinference.span.kind" in attributes:
+        return  # (rewritten already)
+    if attributes.get(_LANGFUSE + "level") == "ERROR" and span.status_code != 2:
+        span.status_code = 2
+        span.status_message = str(attributes.get(_LANGFUSE + "status_message") or "")
+    kind = _LANGFUSE_KINDS.get(str(attributes.get(_LANGFUSE + "type")))
+    if kind is None:
+        return  # (a plain span, an event, a guardrail…: plumbing)
+    attributes["openinference.span.kind"] = kind
+    if kind == "AGENT":
+        attributes.setdefault("gen_ai.agent.name", span.name)
+    elif kind == "TOOL":
+        attributes.setdefault("tool.name", span.name)
+    _move(attributes, _LANGFUSE + "input", "input.value")
+    _move(attributes, _LANGFUSE + "output", "output.value")
+    _move(attributes, _LANGFUSE + "model.name", "llm.model_name")
+    usage = _decoded(attributes.pop(_LANGFUSE + "usage_details", None))
+    if kind == "LLM" and isinstance(usage, dict):
+        counts = {key: int(value) for key, value in usage.items() if isinstance(value, int | float)}
+        # Langfuse's usage types add up to its total: the details taken out of input
+        # and output (input_cached_tokens, output_reasoning_tokens…) go back in.
+        for side, new in (
+            ("input", "llm.token_count.prompt"),
+            ("output", "llm.token_count.completion"),
+        ):
+            parts = [
+                value for key, value in counts.items() if key == side or key.startswith(side + "_")
+            ]
+            if parts:
+                attributes.setdefault(new, sum(parts))
+        cached = counts.get("input_cached_tokens", counts.get("input_cache_read"))
+        if cached is not None:
+            attributes.setdefault("llm.token_count.prompt_details.cache_read", cached)
+        reasoning = counts.get("output_reasoning_tokens")
+        if reasoning is not None:
+            attributes.setdefault("llm.token_count.completion_details.reasoning", reasoning)
+
+
 _BY_SCOPE = {
+    GENKIT_SCOPE: _genkit,
+    VOLTAGENT_SCOPE: _voltagent,
+    LANGFUSE_SCOPE: _langfuse,
     BEEAI_TS_SCOPE: _beeai_ts,
     MLFLOW_SCOPE: _mlflow,
     LOGFIRE_AGENTS_SCOPE: _logfire_agents,

@@ -443,6 +443,14 @@ async def test_runs_list_filters_and_pagination(loaded) -> None:
         ({"status": "running"}, [r for r in runs if not r.reason]),
         ({"window": "24h"}, [r for r in runs if r.started >= NOW - timedelta(hours=24)]),
         ({"q": runs[3].id[:8]}, [r for r in runs if r.id.startswith(runs[3].id[:8])]),
+        # (an id prefix is a range of ids, a name part a match among the agents' names)
+        ({"q": runs[3].id[:13].upper()}, [r for r in runs if r.id.startswith(runs[3].id[:13])]),
+        ({"q": runs[3].id}, [runs[3]]),
+        ({"q": "ETA"}, [r for r in runs if "eta" in r.agent.lower()]),
+        ({"q": "b"}, [r for r in runs if "b" in r.agent or r.id.startswith("b")]),
+        ({"q": "a%"}, []),
+        ({"q": runs[3].id[:7] + "-"}, []),  # (a dash where an id has a digit)
+        ({"q": "no such run"}, []),
     ):
         status, body, _ = await api.get(
             path, params={**query, "limit": "500"}, headers=project.auth("read")
@@ -572,3 +580,21 @@ async def test_empty_project_answers_zeroes(api: Api, project: Project) -> None:
         f"{base}/runs/timeseries?window=1h&bucket=5m", headers=project.auth()
     )
     assert all(point["runs"] == 0 for point in body["data"]) and len(body["data"]) in (12, 13)
+
+
+def test_a_run_id_prefix_is_the_range_of_ids_whose_text_starts_with_it() -> None:
+    from keelwave.server.query.run_search import condition, id_range
+
+    first, last = id_range("7E7BE898-4d")  # (any case; a dash where an id has one)
+    assert (str(first), str(last)) == (
+        "7e7be898-4d00-0000-0000-000000000000",
+        "7e7be898-4dff-ffff-ffff-ffffffffffff",
+    )
+    assert id_range("7e7be8984d") is None  # (a digit where an id has a dash)
+    assert id_range("weather") is None and id_range("") is None
+    assert id_range("f" * 32 + "-" * 4) is None
+    args: dict = {}
+    assert condition("nothing", [], args) == "false" and args == {}
+    assert condition("abc", ["crabcake"], args) == (
+        "(id BETWEEN %(q_first)s AND %(q_last)s OR agent_name = ANY(%(q_agents)s))"
+    )

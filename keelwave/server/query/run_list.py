@@ -27,6 +27,7 @@ from keelwave.server.findings import KINDS as FINDING_KINDS
 from keelwave.server.http import appkeys, params
 from keelwave.server.http.operations import ApiRoutes, Param
 from keelwave.server.http.responses import respond
+from keelwave.server.query import run_search
 from keelwave.server.query.fields import FROM_SPANS, RUN_FIELDS
 from keelwave.server.query.schemas import (
     RUN_STATUSES,
@@ -106,8 +107,11 @@ def _uuid(request: web.Request, name: str) -> uuid.UUID | None:
         raise params.invalid(name, f"expected a run id (a UUID); got {text!r}") from None
 
 
-def filters(request: web.Request, args: dict[str, Any]) -> list[str]:
-    """The WHERE conditions the query parameters ask for; their values go into ``args``."""
+def filters(
+    request: web.Request, args: dict[str, Any], q_agents: list[str] | None = None
+) -> list[str]:
+    """The WHERE conditions the query parameters ask for; their values go into ``args``.
+    ``q_agents``: the project's agent names that hold ``q`` (run_search.AGENT_NAMES)."""
     where = ["project_id = %(project)s"]
     if agent := params.text(request, "agent_name"):
         where.append("agent_name = %(agent)s")
@@ -138,9 +142,7 @@ def filters(request: web.Request, args: dict[str, Any]) -> list[str]:
         where.append("started_at >= %(since)s AND started_at < %(until)s")
         args.update(since=window.since, until=window.until)
     if q := params.text(request, "q"):
-        where.append("(id::text LIKE %(q_prefix)s OR agent_name ILIKE %(q_name)s)")
-        escaped = q.lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-        args.update(q_prefix=escaped + "%", q_name="%" + escaped + "%")
+        where.append(run_search.condition(q, q_agents or [], args))
     if tags := _names(request, "tag"):
         where.append("tags @> %(tags)s::text[]")
         args["tags"] = tags
@@ -251,7 +253,15 @@ async def list_runs(request: web.Request) -> web.Response:
         "stall": params.stall_after(request),
         "limit": limit + 1,
     }
-    where = filters(request, args)
+    q_agents = None
+    if q := params.text(request, "q"):
+        async with request.app[appkeys.POOL].connection() as conn:
+            pattern = run_search.like_pattern(q)
+            found = await conn.execute(
+                run_search.AGENT_NAMES, {"project": project_id, "q_name": pattern}
+            )
+            q_agents = [name for (name,) in await found.fetchall()]
+    where = filters(request, args, q_agents)
     if (cursor := params.decode_cursor(request, 4)) is not None:
         where.append(order.after(cursor, args))
     # The page first, then each row's from_spans: PostgreSQL computes a select list

@@ -123,6 +123,15 @@ def _path(is_array: bool, position: int, field: str) -> str:
     return f"[{position}].{field}" if is_array else field
 
 
+def _started_at(value: datetime | None, now: datetime, is_array: bool, position: int) -> datetime:
+    """:func:`timestamp` of an element's ``started_at``; one out of range is a 422 naming
+    it (its path is only put together then: this runs for every element)."""
+    try:
+        return timestamp(value, now)
+    except TimestampOutOfRange as error:
+        raise error.at(_path(is_array, position, "started_at")) from None
+
+
 @routes.post(
     "/v1/ingest/agent/runs",
     summary="Start a run",
@@ -143,10 +152,7 @@ async def start_run(request: web.Request) -> web.Response:
             check_name(tag, f"tags[{number}]", position if is_array else None)
         run_id = run.id or uuid.uuid4()
         ids.append(run_id)
-        try:
-            started = timestamp(run.started_at, now)
-        except TimestampOutOfRange as error:
-            raise error.at(_path(is_array, position, "started_at")) from None
+        started = _started_at(run.started_at, now, is_array, position)
         rows.append(
             (
                 principal.project_uuid,
@@ -273,10 +279,7 @@ async def ingest_steps(request: web.Request) -> web.Response:
                 field,
             )
         seen.add(identity)
-        try:
-            started = timestamp(step.started_at, now)
-        except TimestampOutOfRange as error:
-            raise error.at(_path(is_array, position, "started_at")) from None
+        started = _started_at(step.started_at, now, is_array, position)
         if expired is not None and started < expired:
             continue  # past the project's retention: see retention_cutoff
         stored_input = stored[position]
@@ -323,10 +326,7 @@ async def ingest_model_calls(request: web.Request) -> web.Response:
         check_name(call.model, "model", position if is_array else None)
         call_id = call.id or uuid.uuid4()
         ids.append(call_id)
-        try:
-            started = timestamp(call.started_at, now)
-        except TimestampOutOfRange as error:
-            raise error.at(_path(is_array, position, "started_at")) from None
+        started = _started_at(call.started_at, now, is_array, position)
         if expired is not None and started < expired:
             continue  # past the project's retention: see retention_cutoff
         rows.append(

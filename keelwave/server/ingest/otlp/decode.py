@@ -149,15 +149,7 @@ _json = msgspec.json.Decoder()
 
 
 def from_json(body: bytes) -> list[Span]:
-    try:
-        document = _json.decode(body)
-    except msgspec.DecodeError as error:
-        repaired = text_repair.json_text(body)  # not UTF-8, or a lone surrogate escape?
-        if repaired is None:
-            raise DecodeError(f"the body is not valid JSON: {error}") from None
-        document = _parsed_json(repaired)
-    except RecursionError as error:
-        raise DecodeError(f"the body is not valid JSON: {error}") from None
+    document = _parsed_json(body)
     if not isinstance(document, dict):
         raise DecodeError("an OTLP JSON export is an object with resourceSpans")
     spans = []
@@ -179,8 +171,13 @@ def from_json(body: bytes) -> list[Span]:
 def _parsed_json(body: bytes) -> Any:
     try:
         return _json.decode(body)
-    except (msgspec.DecodeError, RecursionError) as error:
+    except RecursionError as error:
         raise DecodeError(f"the body is not valid JSON: {error}") from None
+    except msgspec.DecodeError as error:
+        repaired = text_repair.json_text(body)  # not UTF-8, or a lone surrogate escape?
+        if repaired is None:  # (as a repaired body always gives: nothing left to repair)
+            raise DecodeError(f"the body is not valid JSON: {error}") from None
+    return _parsed_json(repaired)
 
 
 def _unreadable(problem: str, resource: dict[str, Any], scope: str) -> Span:

@@ -75,6 +75,7 @@ import psycopg
 sys.path.insert(0, os.path.dirname(__file__))
 from ingest import ADMIN_URL, database_url, start_server  # noqa: E402
 from scale_data import (  # noqa: E402
+    AGENTS,
     DAILY_ROLLUPS,
     DURATION_ROLLUPS,
     LOADED_TABLES,
@@ -84,11 +85,14 @@ from scale_data import (  # noqa: E402
     STEP_COLUMNS,
     TOOL_ROLLUP_SETTINGS,
     TOOL_ROLLUPS,
+    TOOLS,
     TRACE_COLUMNS,
+    agent_names,
     load_templates,
     long_run_number,
     plan_sql,
     steps_sql,
+    tool_name,
     traces_sql,
 )
 from scale_verify import compare, replay, wait_for_verdicts  # noqa: E402
@@ -268,20 +272,30 @@ def tool_rollup_slices(url: str, project: str, base: datetime, days: float) -> N
 
 
 def build(
-    name: str, runs: int, steps: int, days: float, method: str, compress_after: float | None = None
+    name: str,
+    runs: int,
+    steps: int,
+    days: float,
+    method: str,
+    compress_after: float | None = None,
+    agents: int = len(AGENTS),
+    tools: int = len(TOOLS),
 ) -> dict:
     """Build the data set in a fresh database ``name``; return what the timing needs."""
     base = datetime.now(UTC).replace(microsecond=0)
     phases = Phases()
-    print(f"building {name}: {runs:,} runs, ~{steps:,} steps over {days:g} days ({method})")
+    print(
+        f"building {name}: {runs:,} runs, ~{steps:,} steps over {days:g} days, "
+        f"{agents} agents, {tools} tools ({method})"
+    )
     url = phases.run("create and migrate", fresh_database, name)
     with build_connection(url) as conn:
         created = key_store.create_key(conn, "scale", "all", name="bench/scale.py")
         project = str(created.project_id)
         conn.execute("CREATE SCHEMA kw_scale")
-        phases.run("plan", conn.execute, plan_sql(runs, steps, base, days))
+        phases.run("plan", conn.execute, plan_sql(runs, steps, base, days, agent_names(agents)))
         conn.execute("CREATE INDEX ON kw_scale.plan (id)")
-        load_templates(conn)
+        load_templates(conn, tools)
         conn.execute("ANALYZE kw_scale.plan, kw_scale.templates")
         indexes = drop_indexes(conn, LOADED_TABLES)
         phases.run(
@@ -336,6 +350,8 @@ def build(
             "compress_after_days": compress_after if compressed else None,
             "key": created.key,
             "long_run": str(long_run),
+            "agents": agents,
+            "tools": tools,
             "built_at": base.isoformat(),
             "method": method,
             "build_seconds": round(phases.total, 1),
@@ -378,10 +394,12 @@ def verify(runs: int, steps: int, days: float, method: str, keep: bool) -> bool:
 # Timing.
 
 
-def endpoints(long_run: str) -> list[tuple[str, str, float | None]]:
+def endpoints(meta: dict) -> list[tuple[str, str, float | None]]:
     """(label, path under /v1/projects/{p}/agent, budget in ms at p95) of what is timed."""
     window = "window=30d"
-    run = f"/runs/{long_run}"
+    run = f"/runs/{meta['long_run']}"
+    rarest = agent_names(meta.get("agents", len(AGENTS)))[-1]
+    tools = sorted({tool_name(k, meta.get("tools", len(TOOLS))) for k in range(len(TOOLS) * 512)})
     return [
         ("summary 30d", f"/summary?{window}", 200),
         ("health 30d", f"/health?{window}", 200),
@@ -391,7 +409,7 @@ def endpoints(long_run: str) -> list[tuple[str, str, float | None]]:
         ("tools 30d", f"/tools?{window}", 200),
         ("runs, first page", "/runs", 50),
         ("runs, agent (common)", "/runs?agent_name=agent-support", 50),
-        ("runs, agent (rarest)", "/runs?agent_name=agent-data", 50),
+        ("runs, agent (rarest)", f"/runs?agent_name={rarest}", 50),
         ("runs, finding exact_loop", "/runs?finding=exact_loop", 50),
         ("runs, finding cycle", "/runs?finding=cycle", 50),
         ("runs, finding no_progress", "/runs?finding=no_progress", 50),
@@ -399,6 +417,9 @@ def endpoints(long_run: str) -> list[tuple[str, str, float | None]]:
         ("runs, tag prod (70%)", "/runs?tag=prod", 50),
         ("runs, tag canary (0.5%)", "/runs?tag=canary", 50),
         ("runs, tag customer:acme", "/runs?tag=customer:acme", 50),
+        ("runs, tags prod and v2", "/runs?tag=prod&tag=v2", 50),
+        ("runs, tool (common)", f"/runs?tool={TOOLS[0]}", 50),
+        ("runs, tool (rarest)", f"/runs?tool={tools[-1]}", 50),
         ("runs, ending timeout", "/runs?termination_reason=timeout", 50),
         ("runs, ending loop", "/runs?termination_reason=loop_detected", 50),
         ("runs, sort cost_usd", "/runs?sort=cost_usd", 50),
@@ -407,7 +428,7 @@ def endpoints(long_run: str) -> list[tuple[str, str, float | None]]:
         ("runs, metadata user (rare)", "/runs?metadata=user_id=user-40000", 50),
         (
             "runs, agent + ending",
-            "/runs?agent_name=agent-data&termination_reason=context_limit",
+            f"/runs?agent_name={rarest}&termination_reason=context_limit",
             50,
         ),
         ("timeline 10k-step run, 500", f"{run}/timeline?limit=500", 100),
@@ -417,15 +438,15 @@ def endpoints(long_run: str) -> list[tuple[str, str, float | None]]:
     ]
 
 
-async def time_api(url: str, key: str, long_run: str, repeat: int, warmup: int) -> list[dict]:
+async def time_api(url: str, meta: dict, repeat: int, warmup: int) -> list[dict]:
     """p50 and p95 of ``repeat`` calls of each endpoint, after ``warmup`` calls."""
-    headers = {"Authorization": f"Bearer {key}"}
+    headers = {"Authorization": f"Bearer {meta['key']}"}
     results = []
     async with aiohttp.ClientSession(headers=headers) as session:
         async with session.get(url + "/v1/me") as answer:
             project = (await answer.json())["data"]["project_id"]
         base = f"{url}/v1/projects/{project}/agent"
-        for label, path, budget in endpoints(long_run):
+        for label, path, budget in endpoints(meta):
             async with session.get(base + path) as answer:
                 await answer.read()
                 if answer.status == 404 and not path.startswith("/runs/"):
@@ -549,6 +570,10 @@ def main() -> None:
     parser.add_argument("--runs", type=int, help="default 2,500,000 (20,000 with --verify)")
     parser.add_argument("--steps", type=int, help="default 20 a run")
     parser.add_argument("--days", type=float, default=30)
+    parser.add_argument("--agents", type=int, default=len(AGENTS), help="default 12")
+    parser.add_argument(
+        "--tools", type=int, default=len(TOOLS), help="default 8 (more: variants of them)"
+    )
     parser.add_argument(
         "--method",
         choices=("copy", "insert"),
@@ -582,7 +607,9 @@ def main() -> None:
     meta = (
         read_meta(name)
         if args.reuse
-        else build(name, runs, steps, args.days, args.method, args.compress_after)
+        else build(
+            name, runs, steps, args.days, args.method, args.compress_after, args.agents, args.tools
+        )
     )
     if args.build_only:
         return
@@ -590,9 +617,7 @@ def main() -> None:
     process, server_url, _ = start_server(url)
     try:
         print(f"timing against {server_url} ({args.warmup} warm-up calls, then {args.repeat}):")
-        results = asyncio.run(
-            time_api(server_url, meta["key"], meta["long_run"], args.repeat, args.warmup)
-        )
+        results = asyncio.run(time_api(server_url, meta, args.repeat, args.warmup))
     finally:
         process.terminate()
         process.wait()

@@ -87,6 +87,28 @@ LOREM = (
     "lists the steps the customer can take if the problem happens again next week "
 )
 LONG_RUN_STEPS = 10_000
+
+
+def agent_names(count: int) -> tuple[str, ...]:
+    """``count`` agents: the twelve above, then agent-13, agent-14, … (``--agents``).
+    The first is the busiest, the last the quietest."""
+    if count < 1:
+        raise SystemExit("--agents must be at least 1")
+    return AGENTS[:count] + tuple(f"agent-{n}" for n in range(len(AGENTS) + 1, count + 1))
+
+
+def tool_name(k: int, tools: int) -> str:
+    """The tool of normal template ``k`` when the data set has ``tools`` tools (``--tools``).
+
+    The payload is always that of TOOLS[k % 8]; past eight tools each of those
+    has variants (``web_search_7``), the first far more used than the last, as
+    a few tools of a real project take most of its calls."""
+    base = TOOLS[k % len(TOOLS)]
+    variants = -(-tools // len(TOOLS))
+    variant = int(variants * ((k // len(TOOLS)) / (NORMAL_TEMPLATES // len(TOOLS))) ** 2)
+    return base if variant == 0 else f"{base}_{variant}"
+
+
 SEED = 23  # the issue's number: change it for another data set of the same shape
 
 
@@ -154,7 +176,7 @@ WITH drawn AS (
 )
 SELECT n, md5('kw-scale-run-{seed}-' || n)::uuid AS id,
        CASE WHEN n = {long_n} THEN 'agent-research'
-            ELSE ({agents})[1 + floor(12 * power(u_agent, 1.6))::int] END AS agent_name,
+            ELSE ({agents})[1 + floor({n_agents} * power(u_agent, 1.6))::int] END AS agent_name,
        CASE WHEN n > 1 AND n <> {long_n} AND u_child < 0.03
             THEN md5('kw-scale-run-{seed}-' || (n - 1))::uuid END AS parent_run_id,
        started_at, n_steps, kind, b, reason, gap_ms,
@@ -175,7 +197,9 @@ FROM placed
 """
 
 
-def plan_sql(runs: int, steps: int, base: datetime, days: float) -> str:
+def plan_sql(
+    runs: int, steps: int, base: datetime, days: float, agents: tuple[str, ...] = AGENTS
+) -> str:
     streams = (
         "agent",
         "start",
@@ -204,7 +228,8 @@ def plan_sql(runs: int, steps: int, base: datetime, days: float) -> str:
         base=base.isoformat(),
         days=days,
         seed=SEED,
-        agents=_array(AGENTS),
+        agents=_array(agents),
+        n_agents=len(agents),
         topics=_array(TOPICS),
         n_topics=len(TOPICS),
         **{f"u_{name}": uniform("n", k) for k, name in enumerate(streams)},
@@ -221,7 +246,7 @@ def long_run_number(runs: int) -> int:
 # input unique within its run (a normal run has no finding), and generating a step
 # costs a hash, a join and two concatenations, not the building of two JSON texts.
 STEP_MARK = "999999937"  # where the step index goes, then split on
-NORMAL_TEMPLATES = 4096  # tool call templates 0..4095: the tool is TOOLS[k % 8]
+NORMAL_TEMPLATES = 4096  # tool call templates 0..4095: the payload is TOOLS[k % 8]'s
 THINK_TEMPLATES = 4096  # 64 of them, then one llm_call step
 LLM_CALL_TEMPLATE = 4160
 # The calls that make findings, and their keys.
@@ -341,9 +366,11 @@ def _tool_call(k: int, words: list[str], pick) -> tuple[dict, dict]:  # noqa: AN
     }[TOOLS[k % len(TOOLS)]]
 
 
-def step_templates() -> list[tuple]:
+def step_templates(tools: int = len(TOOLS)) -> list[tuple]:
     """Rows of kw_scale.templates: (k, step_type, tool_name, input head, tail, output head,
     tail, content head, tail). JSON texts come from json.dumps, so they are valid."""
+    if tools < len(TOOLS) or tools > NORMAL_TEMPLATES:
+        raise SystemExit(f"--tools must be from {len(TOOLS)} to {NORMAL_TEMPLATES}")
     rng = random.Random(SEED)
     words = LOREM.split()
 
@@ -358,7 +385,7 @@ def step_templates() -> list[tuple]:
             (
                 k,
                 "tool_call",
-                TOOLS[k % len(TOOLS)],
+                tool_name(k, tools),
                 *_split(json.dumps(tool_input)),
                 *_split(json.dumps(tool_output)),
                 None,
@@ -443,13 +470,13 @@ CREATE UNLOGGED TABLE kw_scale.templates (
 """
 
 
-def load_templates(conn: psycopg.Connection) -> None:
+def load_templates(conn: psycopg.Connection, tools: int = len(TOOLS)) -> None:
     conn.execute(TEMPLATES_DDL)
     with conn.cursor().copy(
         "COPY kw_scale.templates (k, step_type, tool_name, in_head, in_tail, out_head, out_tail, "
         "content_head, content_tail, name_nul) FROM STDIN"
     ) as copy:
-        for row in step_templates():
+        for row in step_templates(tools):
             copy.write_row((*row, row[2].encode() + b"\x00" if row[2] else None))
 
 

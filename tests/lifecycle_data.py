@@ -16,6 +16,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from urllib.parse import parse_qsl
 
 from conftest import Api, Project, fold_pending_tool_rollups, query
 
@@ -144,16 +145,28 @@ async def judged(db_url: str, *project_ids: str, timeout: float = 30) -> None:
         await asyncio.sleep(0.2)
 
 
-AGGREGATES = ("/summary", "/health", "/runs/timeseries", "/tools", "/runs/terminations")
+AGGREGATES = (
+    "/summary",
+    "/health",
+    "/runs/timeseries",
+    "/runs/timeseries?bucket=1d",
+    "/tools",
+    "/runs/terminations",
+    "/cost?group_by=agent&bucket=hour",
+    "/cost?group_by=agent&bucket=day",
+)
 
 
 async def aggregates(api: Api, project: Project, since: datetime, until: datetime) -> dict:
-    """Every aggregate endpoint's answer over [since, until)."""
+    """Every aggregate endpoint's answer over [since, until), keyed by its path."""
     window = {"since": since.isoformat(), "until": until.isoformat()}
     found = {}
     for path in AGGREGATES:
+        route, _, query = path.partition("?")
         status, body, _ = await api.get(
-            f"/v1/projects/{project.id}/agent{path}", params=window, headers=project.auth("read")
+            f"/v1/projects/{project.id}/agent{route}",
+            params=window | dict(parse_qsl(query)),
+            headers=project.auth("read"),
         )
         assert status == 200, body
         found[path] = body

@@ -1,8 +1,9 @@
-"""Daily histograms: summary, health and tools read whole UTC days from the daily copies
-of the duration and tool histograms, and answer exactly as the hourly rows alone do, for
-windows of half a day to four days with edges on, before and after midnight; after late
-steps into runs of earlier days, re-finishes, the reaper, deletion and retention. The
-daily rows are always the sum of their day's hourly rows."""
+"""Daily rollups: summary, health, terminations, daily time series, cost by agent and
+tools read whole UTC days from the daily copies of the run counters and the duration
+and tool histograms, and answer exactly as the hourly rows alone do, for windows of
+half a day to four days with edges on, before and after midnight; after late steps
+into runs of earlier days, re-finishes, the reaper, deletion and retention. The daily
+rows are always the sum of their day's hourly rows."""
 
 from __future__ import annotations
 
@@ -23,7 +24,14 @@ from keelwave.server.store import daily_rollups, retention
 DAY = timedelta(days=1)
 NOW = datetime.now(UTC).replace(microsecond=0)
 MIDNIGHT = daily_rollups.floor_day(NOW)
-HISTOGRAM_PATHS = ("/summary", "/health", "/tools")
+DAILY_PATHS = (
+    "/summary",
+    "/health",
+    "/tools",
+    "/runs/terminations",
+    "/runs/timeseries?bucket=1d",
+    "/cost?group_by=agent&bucket=day",
+)
 
 
 @pytest.fixture
@@ -85,7 +93,7 @@ def windows() -> list[tuple[datetime, datetime]]:
     return found
 
 
-def hourly_only(hours_from: datetime, hours_to: datetime, name: str) -> dict:
+def hourly_only(hours_from: datetime, hours_to: datetime, name: str, days: bool = True) -> dict:
     """daily_rollups.hour_ranges as if there were no daily rows to read: every hour
     from the hourly table, as before the daily copies."""
     return {
@@ -97,16 +105,16 @@ def hourly_only(hours_from: datetime, hours_to: datetime, name: str) -> dict:
 
 
 async def answers(api: Api, project, monkeypatch) -> tuple[dict, dict]:
-    """The histogram aggregates for every window, read with the daily rows and without."""
+    """The aggregates for every window, read with the daily rows and without."""
     new, old = {}, {}
     for since, until in windows():
         found = await aggregates(api, project, since, until)
-        new[since, until] = {path: found[path] for path in HISTOGRAM_PATHS}
+        new[since, until] = {path: found[path] for path in DAILY_PATHS}
     with monkeypatch.context() as patch:
         patch.setattr(daily_rollups, "hour_ranges", hourly_only)
         for since, until in windows():
             found = await aggregates(api, project, since, until)
-            old[since, until] = {path: found[path] for path in HISTOGRAM_PATHS}
+            old[since, until] = {path: found[path] for path in DAILY_PATHS}
     return new, old
 
 
@@ -114,7 +122,7 @@ def days_off_their_hours(db_url: str, project_id: str) -> list[tuple]:
     """Daily rows that differ from the sum of their day's hourly rows (rows counting
     nothing are left out on both sides)."""
     found = []
-    for table in daily_rollups.HISTOGRAMS:
+    for table in daily_rollups.ROLLUPS:
         keys = ", ".join(table.keys)
         sums = ", ".join(f"sum({c})::bigint" for c in table.counters)
         found += query(
@@ -170,7 +178,7 @@ async def refinish(api: Api, project, run: Run, seconds: float) -> None:
     assert status == 200, body
 
 
-async def test_daily_histograms_answer_as_the_hourly_ones(api: Api, db_url: str, monkeypatch):
+async def test_daily_rollups_answer_as_the_hourly_ones(api: Api, db_url: str, monkeypatch):
     project = make_project(db_url)
     runs = runs_over_days()
     await send(api, project, runs)
@@ -219,7 +227,7 @@ async def test_daily_histograms_answer_as_the_hourly_ones(api: Api, db_url: str,
     cutoff_day = daily_rollups.floor_day(tally["cutoff"])
     assert tally["rollup_rows"] > 0
     assert days_off_their_hours(db_url, project.id) == []
-    for table in daily_rollups.HISTOGRAMS:
+    for table in daily_rollups.ROLLUPS:
         assert query(
             db_url,
             f"SELECT count(*) FROM {table.daily} WHERE project_id = %s AND day < %s",
@@ -244,7 +252,8 @@ def test_hour_ranges_split_whole_days_from_the_edge_hours() -> None:
 
 
 def test_the_migration_fills_the_days_from_the_hours(fresh_db_url: str) -> None:
-    """A database with history gets daily rows that are its hourly rows summed by day."""
+    """A database with history gets daily rows that are its hourly rows summed by day
+    (the histograms' from 0014, the run counters' from 0023)."""
     migrate.upgrade(fresh_db_url, "0013")
     with psycopg.connect(fresh_db_url) as conn:
         conn.execute("INSERT INTO projects (id, name) VALUES (gen_random_uuid(), 'old')")
@@ -258,6 +267,11 @@ def test_the_migration_fills_the_days_from_the_hours(fresh_db_url: str) -> None:
                 "FROM projects",
                 (datetime(2026, 1, 1, tzinfo=UTC) + timedelta(hours=hour), bin_, runs * 2),
             )
+            conn.execute(
+                "INSERT INTO agent_run_rollups (project_id, agent_name, bucket, runs, steps, "
+                "cost_usd) SELECT id, %s, %s, %s, 10, 0.25 FROM projects",
+                (agent, datetime(2026, 1, 1, tzinfo=UTC) + timedelta(hours=hour), runs),
+            )
     migrate.upgrade(fresh_db_url)
     with psycopg.connect(fresh_db_url) as conn:
         durations = conn.execute(
@@ -268,12 +282,18 @@ def test_the_migration_fills_the_days_from_the_hours(fresh_db_url: str) -> None:
             "SELECT day, duration_bin, calls, runs, repeated_calls, error_calls "
             "FROM agent_tool_rollups_daily ORDER BY 1, 2"
         ).fetchall()
+        runs = conn.execute(
+            "SELECT day, agent_name, shard, runs, steps, cost_usd, finished_runs "
+            "FROM agent_run_rollups_daily ORDER BY 1"
+        ).fetchall()
     first, second = datetime(2026, 1, 1, tzinfo=UTC), datetime(2026, 1, 2, tzinfo=UTC)
     assert durations == [(first, "a", 40, 5), (second, "a", 41, 1)]
     assert tools == [(first, 40, 10, 2, 0, 2), (second, 41, 2, 1, 0, 1)]
+    assert runs == [(first, "a", 0, 5, 20, 0.5, 0), (second, "a", 0, 1, 10, 0.25, 0)]
     migrate.downgrade(fresh_db_url, "0013")
     with psycopg.connect(fresh_db_url) as conn:
         assert conn.execute("SELECT to_regclass('agent_tool_rollups_daily')").fetchone() == (None,)
+        assert conn.execute("SELECT to_regclass('agent_run_rollups_daily')").fetchone() == (None,)
 
 
 async def test_tools_over_a_week_count_a_busy_edge_hour_whole(

@@ -1,9 +1,10 @@
 """Aggregates over a time window: summary, per-agent health, time series, terminations.
 
 Runs are counted in the window their start falls in. Counters come from the
-hourly rollups for the whole hours inside the window and from agent_runs for
-the partial hours at its edges, so a week reads ~170 rollup rows per agent
-plus at most two hours of runs, and the numbers are exact. Run-duration
+rollups for the whole hours inside the window (whole UTC days from their daily
+copy, daily_rollups.py) and from agent_runs for the partial hours at its edges,
+so a month reads ~30 daily and ~24 hourly rollup rows per agent plus at most
+two hours of runs, and the numbers are exact. Run-duration
 percentiles are exact (percentile_cont over the finished runs) while the
 window holds at most ``exact_percentiles_up_to`` (a setting) finished runs;
 beyond that they come from the duration histograms the same way, within
@@ -107,7 +108,7 @@ async def window_counters(
     it, and agent_runs is read for the whole window.
     """
     agent_filter = "AND agent_name = %(agent)s" if agent_name else ""
-    counters = ", ".join(ROLLUP_COUNTERS)
+    columns = f"agent_name, {{time}} AS t, {', '.join(ROLLUP_COUNTERS)}"
     from_runs = ", ".join(f"{_FROM_RUN[name]} AS {name}" for name in ROLLUP_COUNTERS)
     key = {
         "": "",
@@ -117,10 +118,7 @@ async def window_counters(
     select_key = f"{key} AS key, " if key else ""
     group_by = "GROUP BY 1" if key else ""
     sql = f"""
-    WITH parts AS (
-        SELECT agent_name, bucket AS t, {counters} FROM agent_run_rollups
-        WHERE project_id = %(project)s AND bucket >= %(full_from)s AND bucket < %(full_to)s
-              {agent_filter}
+    WITH parts AS ({daily_rollups.read_rows(daily_rollups.RUNS, columns, "full", agent_filter)}
         UNION ALL
         SELECT agent_name, started_at AS t, {from_runs} FROM agent_runs
         WHERE project_id = %(project)s {agent_filter}
@@ -131,11 +129,14 @@ async def window_counters(
     FROM parts {group_by}
     """
     args = {
-        # Buckets that cut hours cannot be made of hourly rollups.
+        # Buckets that cut hours cannot be made of hourly rollups, nor those that cut
+        # days of daily ones.
         **range_args(project_id, window, whole_hours=not (bucket and bucket % HOUR)),
         "agent": agent_name,
         "size": int(bucket.total_seconds()) if bucket else 3600,
     }
+    days = not (bucket and bucket % daily_rollups.DAY)
+    args |= daily_rollups.hour_ranges(args["full_from"], args["full_to"], "full", days)
     return await (await conn.execute(sql, args)).fetchall()
 
 
@@ -281,10 +282,15 @@ async def summary(request: web.Request) -> web.Response:
     return respond(SummaryResponse, {"data": {"current": current, "previous": previous}})
 
 
-_LAST_RUN = """
-SELECT started_at FROM agent_runs
-WHERE project_id = %s AND agent_name = %s AND started_at >= %s AND started_at < %s
-ORDER BY started_at DESC LIMIT 1
+# Each agent's latest start in the window: one probe of agent_runs_agent_idx per
+# agent, all in one statement (a project may have hundreds of agents).
+_LAST_RUNS = """
+SELECT a.agent_name, (
+    SELECT started_at FROM agent_runs
+    WHERE project_id = %(project)s AND agent_name = a.agent_name
+      AND started_at >= %(since)s AND started_at < %(until)s
+    ORDER BY started_at DESC LIMIT 1)
+FROM unnest(%(agents)s::text[]) AS a (agent_name)
 """
 
 
@@ -318,14 +324,13 @@ async def health(request: web.Request) -> web.Response:
                 )
             ).fetchall()
         )
+        totals_of = {name: counters(tuple(values)) for name, *values in rows}
+        totals_of = {name: totals for name, totals in totals_of.items() if totals["runs"]}
+        last_runs = dict(
+            await (await conn.execute(_LAST_RUNS, {**args, "agents": list(totals_of)})).fetchall()
+        )
         agents = []
-        for agent_name, *values in rows:
-            totals = counters(tuple(values))
-            if not totals["runs"]:
-                continue
-            (last_run,) = await (
-                await conn.execute(_LAST_RUN, (project_id, agent_name, window.since, window.until))
-            ).fetchone()
+        for agent_name, totals in totals_of.items():
             agents.append(
                 {
                     "agent_name": agent_name,
@@ -341,7 +346,7 @@ async def health(request: web.Request) -> web.Response:
                     "input_tokens": totals["input_tokens"],
                     "output_tokens": totals["output_tokens"],
                     "cost_usd": round(totals["cost_usd"], 6),
-                    "last_run_at": last_run,
+                    "last_run_at": last_runs[agent_name],
                 }
             )
     agents.sort(key=lambda agent: (-(agent["loop_rate"] or 0), -agent["runs"], agent["agent_name"]))

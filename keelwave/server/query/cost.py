@@ -24,6 +24,7 @@ from keelwave.server.http.operations import ApiRoutes, Param
 from keelwave.server.http.responses import respond
 from keelwave.server.query.aggregates import range_args
 from keelwave.server.query.explorer_schemas import CostResponse, GroupBy, Unit
+from keelwave.server.store import daily_rollups
 
 routes = ApiRoutes("query")
 
@@ -44,11 +45,16 @@ WHERE project_id = %(project)s AND started_at >= %(since)s AND started_at < %(un
 GROUP BY 1, 2
 """
 
-_BY_AGENT = """
-WITH parts AS (
-    SELECT agent_name, bucket AS t, cost_usd, input_tokens, output_tokens, llm_calls
-    FROM agent_run_rollups
-    WHERE project_id = %(project)s AND bucket >= %(full_from)s AND bucket < %(full_to)s
+# Whole hours from the run rollups (whole days from their daily copy, daily_rollups.py,
+# for daily buckets), the edges from the runs.
+_BY_AGENT = f"""
+WITH parts AS ({
+    daily_rollups.read_rows(
+        daily_rollups.RUNS,
+        "agent_name, {time} AS t, cost_usd, input_tokens, output_tokens, llm_calls",
+        "full",
+    )
+}
     UNION ALL
     SELECT agent_name, started_at, cost_usd, input_tokens, output_tokens, llm_calls
     FROM agent_runs
@@ -114,6 +120,7 @@ async def cost(request: web.Request) -> web.Response:
     if window.span / timedelta(**{f"{unit}s": 1}) > MAX_BUCKETS:
         raise params.invalid("bucket", f"too small for this window (at most {MAX_BUCKETS} buckets)")
     args = {**range_args(project_id, window), "unit": unit}
+    args |= daily_rollups.hour_ranges(args["full_from"], args["full_to"], "full", unit == "day")
     async with request.app[appkeys.POOL].connection() as conn:
         sql = _BY_MODEL if group_by == "model" else _BY_AGENT
         rows = await (await conn.execute(sql, args)).fetchall()

@@ -1,10 +1,11 @@
-"""Daily copies of the histogram rollups, so a month is read in days, not in hours.
+"""Daily copies of the rollups, so a month is read in days, not in hours.
 
-agent_duration_rollups and agent_tool_rollups count by (hour a run started,
-agent or tool, duration bin): about 150 bins an agent or tool an hour, so 30
-days of a busy project are 500,000 to 750,000 rows, and summing them was most
-of what summary, health and tools cost (220-340 ms on 50 million steps,
-docs/benchmarks.md). Each has a daily twin, ``…_daily``, keyed by the UTC day
+agent_run_rollups counts by (hour a run started, agent), agent_duration_rollups
+and agent_tool_rollups by (hour, agent or tool, duration bin): a row an agent an
+hour, and about 150 bins an agent or tool an hour, so 30 days of a busy project
+are 100,000 run rows for 150 agents and 500,000 to 750,000 histogram rows, and
+summing them was most of what summary, health and tools cost (docs/benchmarks.md,
+"Ten times the data"). Each has a daily twin, ``…_daily``, keyed by the UTC day
 instead of the hour, holding at all times the sum of that day's hourly rows:
 every write that changes an hourly row changes its day's row by the same
 amount in the same statement (:func:`with_daily`), and retention, which
@@ -13,9 +14,6 @@ day's row (:func:`retire_hours`). Readers take whole UTC days from the daily
 table and the hours of the window's first and last day from the hourly one
 (:func:`hour_ranges`, :func:`read_rows`), so every answer is what the hourly
 rows alone give, from about 24 times fewer rows.
-
-Only the histograms have daily twins: agent_run_rollups is one row an agent
-an hour (9,000 rows for a month of 12 agents), cheap to sum as it is.
 """
 
 from __future__ import annotations
@@ -23,15 +21,15 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
 
-from keelwave.server.store import tool_rollups
+from keelwave.server.store import run_rollups, tool_rollups
 from keelwave.server.store.rollup_shards import SHARD, delete_emptied
 
 DAY = timedelta(days=1)
 _DAY_OF = "date_trunc('day', {}, 'UTC')"
 
 
-class Histogram(NamedTuple):
-    """An hourly histogram rollup and its daily twin."""
+class Rollup(NamedTuple):
+    """An hourly rollup and its daily twin."""
 
     hourly: str
     daily: str
@@ -42,31 +40,36 @@ class Histogram(NamedTuple):
     sharded: bool = False  # both tables' keys end with a shard (rollup_shards.py)
 
 
-DURATIONS = Histogram(
+RUNS = Rollup(
+    "agent_run_rollups", "agent_run_rollups_daily", "kw_stage_rollups",
+    ("agent_name",), run_rollups.COUNTERS, "runs", sharded=True,
+)  # fmt: skip
+DURATIONS = Rollup(
     "agent_duration_rollups", "agent_duration_rollups_daily", "kw_stage_durations",
     ("agent_name", "duration_bin"), ("runs",), "runs",
 )  # fmt: skip
-TOOLS = Histogram(
+TOOLS = Rollup(
     "agent_tool_rollups", "agent_tool_rollups_daily", "kw_stage_tools",
     ("tool_name", "duration_bin"), tool_rollups.COUNTERS, "calls", sharded=True,
 )  # fmt: skip
-HISTOGRAMS = (DURATIONS, TOOLS)
+# In the order statements.py's rule 3 fixes.
+ROLLUPS = (RUNS, DURATIONS, TOOLS)
 
 
 def _cols(names: tuple[str, ...]) -> str:
     return ", ".join(names)
 
 
-def daily_keys(table: Histogram) -> tuple[str, ...]:
+def daily_keys(table: Rollup) -> tuple[str, ...]:
     return ("project_id", "day", *table.keys)
 
 
-def _with_shard(table: Histogram, keys: tuple[str, ...]) -> tuple[str, ...]:
+def _with_shard(table: Rollup, keys: tuple[str, ...]) -> tuple[str, ...]:
     """A row's whole primary key: ``keys``, and its shard where the table has them."""
     return (*keys, "shard") if table.sharded else keys
 
 
-def _add_to_days(table: Histogram, rows: str, sign: str = "") -> str:
+def _add_to_days(table: Rollup, rows: str, sign: str = "") -> str:
     """INSERT … ON CONFLICT adding ``sign`` times the hourly-keyed ``rows`` (a FROM item
     with project_id, bucket, the keys and counters) to their days, in key order (to
     this backend's shard of each, in a sharded table)."""
@@ -86,7 +89,7 @@ ON CONFLICT ({_cols(_with_shard(table, daily_keys(table)))}) DO UPDATE SET
 """
 
 
-def with_daily(table: Histogram, hourly_merge: str) -> str:
+def with_daily(table: Rollup, hourly_merge: str) -> str:
     """``hourly_merge`` (the INSERT … ON CONFLICT adding ``table.stage`` to the hourly
     rows) made into one statement that adds the same rows to their days as well.
 
@@ -103,7 +106,7 @@ def with_daily(table: Histogram, hourly_merge: str) -> str:
     return f"WITH hourly AS ({hourly_merge.strip()}\nRETURNING 1){daily}"
 
 
-def drop_emptied(table: Histogram) -> str:
+def drop_emptied(table: Rollup) -> str:
     """Delete the daily rows whose days ``table.stage`` staged changes for and that now
     count nothing (erasure does this for the hourly rows too: a tool name is data)."""
     staged = (
@@ -115,7 +118,7 @@ def drop_emptied(table: Histogram) -> str:
     )
 
 
-def retire_hours(table: Histogram) -> str:
+def retire_hours(table: Rollup) -> str:
     """Retention: delete up to %(limit)s hourly rows of the project from %(day)s (the
     cutoff's day) to %(before)s (the cutoff's hour), taking them out of that day's
     daily rows; SELECTs how many went.
@@ -137,7 +140,7 @@ SELECT count(*) FROM gone
 """
 
 
-def drop_emptied_day(table: Histogram) -> str:
+def drop_emptied_day(table: Rollup) -> str:
     """Retention: delete the daily rows of %(day)s that count nothing after retire_hours."""
     staged = (
         f"SELECT DISTINCT {_cols(daily_keys(table))} FROM {table.daily} "
@@ -148,7 +151,7 @@ def drop_emptied_day(table: Histogram) -> str:
     )
 
 
-def delete_days(table: Histogram) -> str:
+def delete_days(table: Rollup) -> str:
     """Retention: up to %(limit)s daily rows of the days wholly before %(day)s, in key order."""
     keys = _cols(_with_shard(table, daily_keys(table)))
     return f"""
@@ -163,16 +166,19 @@ def floor_day(moment: datetime) -> datetime:
     return moment.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
 
 
-def hour_ranges(hours_from: datetime, hours_to: datetime, name: str) -> dict[str, Any]:
+def hour_ranges(
+    hours_from: datetime, hours_to: datetime, name: str, days: bool = True
+) -> dict[str, Any]:
     """Query parameters that :func:`read_rows` ``name`` reads the whole hours
     [hours_from, hours_to) with: the whole UTC days inside from the daily table
-    (``{name}_days_from``/``_days_to``, empty if there is no whole day), the hours
-    before and after them from the hourly one."""
+    (``{name}_days_from``/``_days_to``, empty if there is no whole day, or if not
+    ``days``: rows to be told apart by hour), the hours before and after them from
+    the hourly one."""
     days_from = floor_day(hours_from)
     if days_from < hours_from:
         days_from += DAY
     days_to = floor_day(hours_to)
-    if days_from >= days_to:
+    if days_from >= days_to or not days:
         days_from = days_to = hours_to
     return {
         f"{name}_from": hours_from,
@@ -182,16 +188,19 @@ def hour_ranges(hours_from: datetime, hours_to: datetime, name: str) -> dict[str
     }
 
 
-def read_rows(table: Histogram, columns: str, name: str) -> str:
+def read_rows(table: Rollup, columns: str, name: str, where: str = "") -> str:
     """SELECT ``columns`` of the project's rows covering the hours of :func:`hour_ranges`
-    ``name``: one arm per range, each a plain range scan of a primary key."""
-    project = "project_id = %(project)s"
+    ``name``: one arm per range, each a plain range scan of a primary key. ``{time}``
+    in ``columns`` is a row's hour, or its day; ``where`` is added to each arm's
+    WHERE (``AND …``)."""
+    project = f"project_id = %(project)s {where}"
+    hourly, daily = columns.format(time="bucket"), columns.format(time="day")
     return f"""
-    SELECT {columns} FROM {table.hourly}
+    SELECT {hourly} FROM {table.hourly}
     WHERE {project} AND bucket >= %({name}_from)s AND bucket < %({name}_days_from)s
     UNION ALL
-    SELECT {columns} FROM {table.daily}
+    SELECT {daily} FROM {table.daily}
     WHERE {project} AND day >= %({name}_days_from)s AND day < %({name}_days_to)s
     UNION ALL
-    SELECT {columns} FROM {table.hourly}
+    SELECT {hourly} FROM {table.hourly}
     WHERE {project} AND bucket >= %({name}_days_to)s AND bucket < %({name}_to)s"""

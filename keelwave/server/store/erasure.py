@@ -156,7 +156,7 @@ MERGE_ROLLUPS = ";\n".join(
             "calls",
             sharded=True,
         ),
-        *(daily_rollups.drop_emptied(table) for table in daily_rollups.HISTOGRAMS),
+        *(daily_rollups.drop_emptied(table) for table in daily_rollups.ROLLUPS),
         *statements.EMPTY_ROLLUP_STAGES,
     )
 )

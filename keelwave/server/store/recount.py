@@ -47,7 +47,7 @@ from keelwave.server.store.statements import (
 # Rule 3's order (statements.py): runs first, then the rollups, each daily table
 # straight after its hourly one.
 LOCKED = (
-    "agent_runs", "agent_run_rollups", "agent_duration_rollups",
+    "agent_runs", "agent_run_rollups", "agent_run_rollups_daily", "agent_duration_rollups",
     "agent_duration_rollups_daily", pending_tools.PENDING, "agent_tool_rollups",
     "agent_tool_rollups_daily",
 )  # fmt: skip
@@ -144,16 +144,16 @@ FINISHED_RUN_STARTS = """
 SELECT date_trunc('hour', min(started_at), 'UTC'), max(started_at) FROM agent_runs
 WHERE project_id = %(project)s AND ended_at IS NOT NULL
 """
-# The daily twins (daily_rollups.py): their hourly rows by UTC day.
+# The daily twins (daily_rollups.py): their hourly rows by UTC day (shards summed).
 DAILY_ROLLUPS = tuple(
     f"""
 INSERT INTO {table.daily} (project_id, day, {", ".join(table.keys)}, {", ".join(table.counters)})
 SELECT project_id, date_trunc('day', bucket, 'UTC'), {", ".join(table.keys)},
        {", ".join(f"sum({counter})" for counter in table.counters)}
 FROM {table.hourly} WHERE project_id = %(project)s
-GROUP BY 1, 2, 3, 4
+GROUP BY {", ".join(str(n) for n in range(1, len(table.keys) + 3))}
 """
-    for table in daily_rollups.HISTOGRAMS
+    for table in daily_rollups.ROLLUPS
 )
 
 

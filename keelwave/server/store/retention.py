@@ -456,7 +456,7 @@ async def _delete_lone_calls(work: _Round, project_id: uuid.UUID, args: dict[str
 async def _delete_rollups(work: _Round, project_id: uuid.UUID, before: datetime) -> int:
     """Delete the project's rollup rows of the hours before ``before`` (the cutoff's hour).
 
-    The daily histograms (daily_rollups.py) lose their days wholly before the
+    The daily twins (daily_rollups.py) lose their days wholly before the
     cutoff's day, and that day loses what its hours before ``before`` counted,
     taken out as those hourly rows go, so it stays the sum of its hours.
     """
@@ -466,7 +466,7 @@ async def _delete_rollups(work: _Round, project_id: uuid.UUID, before: datetime)
     # Tool rollups of those hours still pending (pending_tools.py) go first: folded in
     # later, they would bring deleted hours back.
     deleted += await work.execute(pending_tools.FORGET_HOURS, args)
-    daily = {table.hourly: table for table in daily_rollups.HISTOGRAMS}
+    daily = {table.hourly: table for table in daily_rollups.ROLLUPS}
     for table, keys in ROLLUP_KEYS:
         if table in daily:
             retire = daily_rollups.retire_hours(daily[table])

@@ -33,7 +33,7 @@ from collections.abc import AsyncIterator
 
 import psycopg
 
-from keelwave.server.store import daily_rollups, tool_rollups
+from keelwave.server.store import daily_rollups, run_rollups, tool_rollups
 from keelwave.server.store.histogram import bin_sql
 from keelwave.server.store.rollup_shards import SHARD
 
@@ -123,15 +123,7 @@ TRACE_COLUMNS = (
 )  # fmt: skip
 
 # What the rollups count, per (project, agent, hour).
-ROLLUP_COUNTERS = (
-    "runs", "finished_runs", "loop_runs", "error_runs", "steps", "llm_calls",
-    "input_tokens", "output_tokens", "cost_usd", "duration_ms_sum",
-    "term_clean", "term_max_steps_reached", "term_context_limit", "term_error",
-    "term_loop_detected", "term_timeout",
-    # The server's own verdicts (verdicts.py), per kind of finding.
-    "detected_loop_runs", "exact_loop_runs", "cycle_runs", "near_duplicate_runs",
-    "no_progress_runs",
-)  # fmt: skip
+ROLLUP_COUNTERS = run_rollups.COUNTERS
 VERDICT_COUNTERS = ROLLUP_COUNTERS[-5:]
 # What a run row ``r`` adds to each of VERDICT_COUNTERS, times %(sign)s.
 VERDICT_SHARES = ", ".join(
@@ -456,12 +448,12 @@ ON CONFLICT ({_cols(columns)}) DO UPDATE SET
 # agent_run_rollups has one row an agent an hour, which every transaction of that
 # agent adds to, and agent_tool_rollups a few dozen a project an hour, which every
 # finish adds to: both in shards (rollup_shards.py), each connection adding to its own.
-MERGE_RUN_ROLLUPS = _merge(
+# Each merges into its daily twin too, in the same statement (daily_rollups.py):
+# every caller keeps the daily rows without knowing of them.
+MERGE_RUN_ROLLUPS = daily_rollups.with_daily(daily_rollups.RUNS, _merge(
     "agent_run_rollups", "kw_stage_rollups", ("project_id", "bucket", "agent_name"),
     ROLLUP_COUNTERS, shard=SHARD,
-)  # fmt: skip
-# The histograms merge into their daily twins too, in the same statement
-# (daily_rollups.py): every caller keeps them without knowing of them.
+))  # fmt: skip
 MERGE_DURATION_ROLLUPS = daily_rollups.with_daily(daily_rollups.DURATIONS, _merge(
     "agent_duration_rollups", "kw_stage_durations",
     ("project_id", "bucket", "agent_name", "duration_bin"), ("runs",),

@@ -230,8 +230,8 @@ ON CONFLICT ({columns}) DO UPDATE SET
 {", ".join(f"{c} = r.{c} + excluded.{c}" for c in counters)}"""
 
 
-def _merge_daily(p: str, table: daily_rollups.Histogram) -> str:
-    """Add the project's staged histogram rows to their days too (daily_rollups.py), right
+def _merge_daily(p: str, table: daily_rollups.Rollup) -> str:
+    """Add the project's staged rollup rows to their days too (daily_rollups.py), right
     after the hourly merge (rule 3: each daily table straight after its hourly one)."""
     keys = ", ".join(daily_rollups.daily_keys(table)) + (", shard" if table.sharded else "")
     positions = ", ".join(str(n + 1) for n in range(len(daily_rollups.daily_keys(table))))
@@ -251,6 +251,7 @@ def _tail(p: str, kinds: frozenset[str]) -> tuple[str, ...]:
             p, "agent_run_rollups", "kw_stage_rollups", ("project_id", "bucket", "agent_name"),
             statements.ROLLUP_COUNTERS, shard=True,
         ),
+        _merge_daily(p, daily_rollups.RUNS),
     ]  # fmt: skip
     if "kw_stage_steps" in kinds:
         tail.append(

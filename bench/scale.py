@@ -79,6 +79,7 @@ from scale_data import (  # noqa: E402
     DAILY_ROLLUPS,
     DURATION_ROLLUPS,
     LOADED_TABLES,
+    PROJECT_DURATION_ROLLUPS,
     RUN_COLUMNS,
     RUN_ROLLUPS,
     RUNS,
@@ -331,6 +332,7 @@ def build(
         of_project = {"project": project}
         phases.run("run rollups", conn.execute, RUN_ROLLUPS, of_project)
         phases.run("duration rollups", conn.execute, DURATION_ROLLUPS, of_project)
+        phases.run("project durations", conn.execute, PROJECT_DURATION_ROLLUPS, of_project)
         phases.run("tool rollups", tool_rollup_slices, url, project, base, days)
         phases.run(
             "daily histograms", lambda: [conn.execute(sql, of_project) for sql in DAILY_ROLLUPS]

@@ -639,6 +639,7 @@ RUN_COLUMNS = (
 ROLLUP_SHARES = recount.RUN_SHARES
 RUN_ROLLUPS = recount.RUN_ROLLUPS
 DURATION_ROLLUPS = recount.DURATION_ROLLUPS
+PROJECT_DURATION_ROLLUPS = recount.PROJECT_DURATION_ROLLUPS
 TOOL_ROLLUPS = recount.TOOL_ROLLUPS
 TOOL_ROLLUP_SETTINGS = recount.PLANNER
 DAILY_ROLLUPS = recount.DAILY_ROLLUPS
@@ -647,6 +648,9 @@ ROLLUP_TABLES = {  # table -> its key columns (without project_id)
     "agent_duration_rollups": ("bucket", "agent_name", "duration_bin"),
     "agent_tool_rollups": ("bucket", "tool_name", "duration_bin"),
     "agent_duration_rollups_daily": ("day", "agent_name", "duration_bin"),
+    "agent_run_rollups_daily": ("day", "agent_name"),
+    "project_duration_rollups": ("bucket", "duration_bin"),
+    "project_duration_rollups_daily": ("day", "duration_bin"),
     "agent_tool_rollups_daily": ("day", "tool_name", "duration_bin"),
 }
 LOADED_TABLES = ("agent_steps", "ai_traces", "agent_runs")

@@ -192,6 +192,15 @@ _ROLLUPS = {
     _summed("agent_tool_rollups_daily", "tool_name, day, duration_bin", tool_rollups.COUNTERS): (
         "agent_tool_rollups_daily", "tool_name, day, duration_bin",
     ),
+    _summed("agent_run_rollups_daily", "agent_name, day", ROLLUP_COUNTERS): (
+        "agent_run_rollups_daily", "agent_name, day",
+    ),
+    _summed("project_duration_rollups", "bucket, duration_bin", ("runs",)): (
+        "project_duration_rollups", "bucket, duration_bin",
+    ),
+    _summed("project_duration_rollups_daily", "day, duration_bin", ("runs",)): (
+        "project_duration_rollups_daily", "day, duration_bin",
+    ),
 }  # fmt: skip
 
 

@@ -253,7 +253,8 @@ def test_hour_ranges_split_whole_days_from_the_edge_hours() -> None:
 
 def test_the_migration_fills_the_days_from_the_hours(fresh_db_url: str) -> None:
     """A database with history gets daily rows that are its hourly rows summed by day
-    (the histograms' from 0014, the run counters' from 0023)."""
+    (the histograms' from 0014, the run counters' from 0023, the project's durations
+    from 0024)."""
     migrate.upgrade(fresh_db_url, "0013")
     with psycopg.connect(fresh_db_url) as conn:
         conn.execute("INSERT INTO projects (id, name) VALUES (gen_random_uuid(), 'old')")
@@ -282,6 +283,12 @@ def test_the_migration_fills_the_days_from_the_hours(fresh_db_url: str) -> None:
             "SELECT day, duration_bin, calls, runs, repeated_calls, error_calls "
             "FROM agent_tool_rollups_daily ORDER BY 1, 2"
         ).fetchall()
+        project = conn.execute(
+            "SELECT day, duration_bin, runs FROM project_duration_rollups_daily ORDER BY 1"
+        ).fetchall()
+        project_hours = conn.execute(
+            "SELECT count(*), sum(runs) FROM project_duration_rollups"
+        ).fetchone()
         runs = conn.execute(
             "SELECT day, agent_name, shard, runs, steps, cost_usd, finished_runs "
             "FROM agent_run_rollups_daily ORDER BY 1"
@@ -290,6 +297,7 @@ def test_the_migration_fills_the_days_from_the_hours(fresh_db_url: str) -> None:
     assert durations == [(first, "a", 40, 5), (second, "a", 41, 1)]
     assert tools == [(first, 40, 10, 2, 0, 2), (second, 41, 2, 1, 0, 1)]
     assert runs == [(first, "a", 0, 5, 20, 0.5, 0), (second, "a", 0, 1, 10, 0.25, 0)]
+    assert project == [(first, 40, 5), (second, 41, 1)] and project_hours == (3, 6)
     migrate.downgrade(fresh_db_url, "0013")
     with psycopg.connect(fresh_db_url) as conn:
         assert conn.execute("SELECT to_regclass('agent_tool_rollups_daily')").fetchone() == (None,)

@@ -100,20 +100,24 @@ async def window_counters(
     group: str = "",
     agent_name: str | None = None,
     bucket: timedelta | None = None,
+    names: tuple[str, ...] = ROLLUP_COUNTERS,
 ) -> list[tuple]:
-    """Sum the rollup counters over ``window``, grouped by ``group`` (agent_name, t, or nothing).
+    """Sum the rollup counters ``names`` over ``window``, grouped by ``group``
+    (agent_name, t, or nothing).
 
-    With ``group='t'`` rows are grouped into ``bucket``-sized time buckets; if
-    a bucket is not a whole number of hours the rollups cannot be split into
-    it, and agent_runs is read for the whole window.
+    With ``group='t'`` rows are grouped into ``bucket``-sized time buckets (from
+    the epoch, so a day is a UTC day); if a bucket is not a whole number of hours
+    the rollups cannot be split into it, and agent_runs is read for the whole
+    window. A month of hourly buckets reads a rollup row per agent an hour
+    (108,000 for 150 agents): asking for only the counters needed halves that.
     """
     agent_filter = "AND agent_name = %(agent)s" if agent_name else ""
-    columns = f"agent_name, {{time}} AS t, {', '.join(ROLLUP_COUNTERS)}"
-    from_runs = ", ".join(f"{_FROM_RUN[name]} AS {name}" for name in ROLLUP_COUNTERS)
+    columns = f"agent_name, {{time}} AS t, {', '.join(names)}"
+    from_runs = ", ".join(f"{_FROM_RUN[name]} AS {name}" for name in names)
     key = {
         "": "",
         "agent_name": "agent_name",
-        "t": "to_timestamp(floor(extract(epoch FROM t) / %(size)s) * %(size)s)",
+        "t": "date_bin(%(bucket)s, t, timestamptz 'epoch')",
     }[group]
     select_key = f"{key} AS key, " if key else ""
     group_by = "GROUP BY 1" if key else ""
@@ -125,7 +129,7 @@ async def window_counters(
           AND ((started_at >= %(since)s AND started_at < %(full_from)s)
                OR (started_at >= %(full_to)s AND started_at < %(until)s))
     )
-    SELECT {select_key}{", ".join(f"sum({c})" for c in ROLLUP_COUNTERS)}
+    SELECT {select_key}{", ".join(f"sum({c})" for c in names)}
     FROM parts {group_by}
     """
     args = {
@@ -133,19 +137,20 @@ async def window_counters(
         # days of daily ones.
         **range_args(project_id, window, whole_hours=not (bucket and bucket % HOUR)),
         "agent": agent_name,
-        "size": int(bucket.total_seconds()) if bucket else 3600,
+        "bucket": bucket or HOUR,
     }
     days = not (bucket and bucket % daily_rollups.DAY)
     args |= daily_rollups.hour_ranges(args["full_from"], args["full_to"], "full", days)
     return await (await conn.execute(sql, args)).fetchall()
 
 
-def counters(row: tuple | None) -> dict[str, float]:
-    values = row or (None,) * len(ROLLUP_COUNTERS)
+def counters(row: tuple | None, names: tuple[str, ...] = ROLLUP_COUNTERS) -> dict[str, float]:
+    """The counters ``names`` of a row of :func:`window_counters` by name."""
+    values = row or (None,) * len(names)
     # sum() of bigint is numeric in PostgreSQL: back to int (or float for money).
     return {
         name: float(value or 0) if name in ("cost_usd", "duration_ms_sum") else int(value or 0)
-        for name, value in zip(ROLLUP_COUNTERS, values, strict=True)
+        for name, value in zip(names, values, strict=True)
     }
 
 
@@ -164,10 +169,12 @@ GROUP BY 1
 
 # (key, duration bin, runs), from the histograms of the whole hours (the whole days
 # among them from the daily copy) and the finished runs of the edges, like
-# window_counters.
+# window_counters: the agents' histograms, or with key NULL the project's own (the
+# agents' are 450,000 rows a month with 150 agents). Unordered: sorting 25,000 rows
+# by text in the database took as long as summing them; Python sorts them quicker.
 _DURATION_HISTOGRAM = f"""
 SELECT {{key}}, duration_bin, sum(runs)
-FROM ({daily_rollups.read_rows(daily_rollups.DURATIONS, "agent_name, duration_bin, runs", "full")}
+FROM ({{rollup_rows}}
     UNION ALL
     SELECT agent_name, {histogram.bin_sql("duration_ms")}, 1 FROM agent_runs
     WHERE project_id = %(project)s AND duration_ms IS NOT NULL
@@ -175,7 +182,6 @@ FROM ({daily_rollups.read_rows(daily_rollups.DURATIONS, "agent_name, duration_bi
            OR (started_at >= %(full_to)s AND started_at < %(until)s))
 ) AS parts
 GROUP BY 1, 2
-ORDER BY 1, 2
 """
 
 
@@ -200,14 +206,17 @@ async def duration_percentiles(
         return {name: (p50, p95) for name, p50, p95 in rows}
     args |= daily_rollups.hour_ranges(args["full_from"], args["full_to"], "full")
     bins: dict[str | None, list[tuple[int, int]]] = {}
-    for name, duration_bin, runs in await (
-        await conn.execute(_DURATION_HISTOGRAM.format(key=key), args)
-    ).fetchall():
+    table = daily_rollups.DURATIONS if per_agent else daily_rollups.PROJECT_DURATIONS
+    columns = "agent_name, duration_bin, runs" if per_agent else "NULL, duration_bin, runs"
+    rollup_rows = daily_rollups.read_rows(table, columns, "full")
+    sql = _DURATION_HISTOGRAM.format(key=key, rollup_rows=rollup_rows)
+    for name, duration_bin, runs in await (await conn.execute(sql, args)).fetchall():
         bins.setdefault(name, []).append((duration_bin, int(runs)))
-    return {
-        name: (histogram.percentile(counts, 0.5), histogram.percentile(counts, 0.95))
-        for name, counts in bins.items()
-    }
+    found = {}
+    for name, counts in bins.items():
+        counts.sort()  # bins ascending
+        found[name] = (histogram.percentile(counts, 0.5), histogram.percentile(counts, 0.95))
+    return found
 
 
 _STALLED = """
@@ -353,6 +362,12 @@ async def health(request: web.Request) -> web.Response:
     return respond(HealthResponse, {"data": agents, **window.bounds()})
 
 
+_SERIES_COUNTERS = (
+    "runs", "loop_runs", "detected_loop_runs", "error_runs", "finished_runs", "steps",
+    "input_tokens", "output_tokens", "cost_usd",
+)  # fmt: skip
+
+
 @routes.get(
     "/v1/projects/{project_id}/agent/runs/timeseries",
     summary="Runs over time",
@@ -376,27 +391,14 @@ async def timeseries(request: web.Request) -> web.Response:
     agent_name = params.text(request, "agent_name")
     async with request.app[appkeys.POOL].connection() as conn:
         rows = await window_counters(
-            conn, project_id, window, group="t", agent_name=agent_name, bucket=size
+            conn, project_id, window, "t", agent_name, size, _SERIES_COUNTERS
         )
-    by_start = {start: counters(tuple(values)) for start, *values in rows}
+    by_start = {start: counters(tuple(values), _SERIES_COUNTERS) for start, *values in rows}
     buckets = []
     start = _floor(window.since, size)
     while start < window.until:
-        totals = by_start.get(start) or counters(None)
-        buckets.append(
-            {
-                "start": start,
-                "runs": totals["runs"],
-                "loop_runs": totals["loop_runs"],
-                "detected_loop_runs": totals["detected_loop_runs"],
-                "error_runs": totals["error_runs"],
-                "finished_runs": totals["finished_runs"],
-                "steps": totals["steps"],
-                "input_tokens": totals["input_tokens"],
-                "output_tokens": totals["output_tokens"],
-                "cost_usd": round(totals["cost_usd"], 6),
-            }
-        )
+        totals = by_start.get(start) or counters(None, _SERIES_COUNTERS)
+        buckets.append({"start": start, **totals, "cost_usd": round(totals["cost_usd"], 6)})
         start += size
     return respond(
         TimeseriesResponse,

@@ -150,6 +150,13 @@ MERGE_ROLLUPS = ";\n".join(
             sharded=False,
         ),
         _drop_emptied(
+            "project_duration_rollups",
+            "kw_stage_durations",
+            ("project_id", "bucket", "duration_bin"),
+            "runs",
+            sharded=True,
+        ),
+        _drop_emptied(
             "agent_tool_rollups",
             "kw_stage_tools",
             ("project_id", "bucket", "tool_name", "duration_bin"),

@@ -48,7 +48,8 @@ from keelwave.server.store.statements import (
 # straight after its hourly one.
 LOCKED = (
     "agent_runs", "agent_run_rollups", "agent_run_rollups_daily", "agent_duration_rollups",
-    "agent_duration_rollups_daily", pending_tools.PENDING, "agent_tool_rollups",
+    "agent_duration_rollups_daily", "project_duration_rollups", "project_duration_rollups_daily",
+    pending_tools.PENDING, "agent_tool_rollups",
     "agent_tool_rollups_daily",
 )  # fmt: skip
 ROLLUP_TABLES = tuple(table for table in LOCKED[1:] if table != pending_tools.PENDING)
@@ -122,6 +123,13 @@ FROM agent_runs
 WHERE project_id = %(project)s AND termination_reason IS NOT NULL AND duration_ms IS NOT NULL
 GROUP BY 1, 2, 3, 4
 """
+# The project's durations whatever the agent: the agents' histograms summed.
+PROJECT_DURATION_ROLLUPS = """
+INSERT INTO project_duration_rollups (project_id, bucket, duration_bin, runs)
+SELECT project_id, bucket, duration_bin, sum(runs) FROM agent_duration_rollups
+WHERE project_id = %(project)s
+GROUP BY 1, 2, 3
+"""
 # A finished run's tool calls, by the finish path's own SQL (tool_rollups.py), for the
 # runs that started in [lo, hi): whole hours, so no two slices share a row. The slice's
 # runs are materialized first, and the transaction forbids sequential scans and hash
@@ -191,7 +199,7 @@ def recount(conn: psycopg.Connection, project_id: uuid.UUID | str) -> Recounted:
         for table in ROLLUP_TABLES:
             cur.execute(f"DELETE FROM {table} WHERE project_id = %(project)s", project)
         rows = 0
-        for statement in (RUN_ROLLUPS, DURATION_ROLLUPS):
+        for statement in (RUN_ROLLUPS, DURATION_ROLLUPS, PROJECT_DURATION_ROLLUPS):
             cur.execute(statement, project)
             rows += cur.rowcount
         lo, last = cur.execute(FINISHED_RUN_STARTS, project).fetchone()

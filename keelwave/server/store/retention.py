@@ -158,6 +158,7 @@ DELETE FROM alert_events WHERE id = ANY(ARRAY(
 ROLLUP_KEYS = (
     ("agent_run_rollups", "project_id, bucket, agent_name"),
     ("agent_duration_rollups", "project_id, bucket, agent_name, duration_bin"),
+    ("project_duration_rollups", "project_id, bucket, duration_bin"),
     ("agent_tool_rollups", "project_id, bucket, tool_name, duration_bin"),
 )
 DELETE_ROLLUPS = """

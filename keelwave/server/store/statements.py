@@ -35,7 +35,6 @@ import psycopg
 
 from keelwave.server.store import daily_rollups, run_rollups, tool_rollups
 from keelwave.server.store.histogram import bin_sql
-from keelwave.server.store.rollup_shards import SHARD
 
 # How every writing transaction begins. The duplicate checks and counter updates
 # rely on READ COMMITTED: after waiting for a run's lock, a statement must see
@@ -422,46 +421,16 @@ FROM updated
 """
 
 
-def _merge(
-    table: str,
-    stage: str,
-    keys: tuple[str, ...],
-    counters: tuple[str, ...],
-    shard: str | None = None,
-) -> str:
-    """Add the staged rows of ``stage`` to the counters of ``table``, in key order (rule 3).
-    ``shard``: the expression naming the shard of the key the rows go to, for a table
-    whose key ends with one."""
-    columns = (*keys, "shard") if shard else keys
-    shard_value = f", {shard}" if shard else ""
-    return f"""
-INSERT INTO {table} AS r ({_cols(columns)}, {_cols(counters)})
-SELECT {_cols(keys)}{shard_value}, {", ".join(f"sum({c})" for c in counters)}
-FROM {stage}
-GROUP BY {_cols(keys)}
-ORDER BY {_cols(keys)}
-ON CONFLICT ({_cols(columns)}) DO UPDATE SET
-{", ".join(f"{c} = r.{c} + excluded.{c}" for c in counters)}
-"""
-
-
 # agent_run_rollups has one row an agent an hour, which every transaction of that
 # agent adds to, and agent_tool_rollups a few dozen a project an hour, which every
 # finish adds to: both in shards (rollup_shards.py), each connection adding to its own.
 # Each merges into its daily twin too, in the same statement (daily_rollups.py):
 # every caller keeps the daily rows without knowing of them.
-MERGE_RUN_ROLLUPS = daily_rollups.with_daily(daily_rollups.RUNS, _merge(
-    "agent_run_rollups", "kw_stage_rollups", ("project_id", "bucket", "agent_name"),
-    ROLLUP_COUNTERS, shard=SHARD,
-))  # fmt: skip
-MERGE_DURATION_ROLLUPS = daily_rollups.with_daily(daily_rollups.DURATIONS, _merge(
-    "agent_duration_rollups", "kw_stage_durations",
-    ("project_id", "bucket", "agent_name", "duration_bin"), ("runs",),
-))  # fmt: skip
-MERGE_TOOL_ROLLUPS = daily_rollups.with_daily(daily_rollups.TOOLS, _merge(
-    "agent_tool_rollups", "kw_stage_tools",
-    ("project_id", "bucket", "tool_name", "duration_bin"), tool_rollups.COUNTERS, shard=SHARD,
-))  # fmt: skip
+MERGE_RUN_ROLLUPS = daily_rollups.merge(daily_rollups.RUNS)
+MERGE_DURATION_ROLLUPS = daily_rollups.merge(
+    daily_rollups.DURATIONS, daily_rollups.PROJECT_DURATIONS
+)
+MERGE_TOOL_ROLLUPS = daily_rollups.merge(daily_rollups.TOOLS)
 # Every rollup table, in the order rule 3 fixes; no parameters, so one round trip.
 # How finishes and the reaper end: merge what they staged, and leave the staging
 # tables empty (rollup_staging).

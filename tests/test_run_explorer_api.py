@@ -389,6 +389,36 @@ async def test_runs_filters(api, project, listed):
     assert window == where(lambda run: 130 <= run["started"] < 160)
 
 
+@pytest.mark.parametrize("listed_up_to", [1, 2_000])
+async def test_runs_by_tool_from_the_tools_runs_or_run_by_run(
+    api, project, listed, monkeypatch, listed_up_to
+):
+    """``tool`` keeps the runs with a step of that tool whichever way they are found: from
+    the ids of the few runs that called it, or run by run when more did (run_tools.py),
+    page after page in any order, with other filters, and none for a tool no step has."""
+    from keelwave.server.query import run_tools
+
+    monkeypatch.setattr(run_tools, "LISTED", listed_up_to)
+
+    async def ids(**query) -> list[str]:
+        return [row["id"] for row in await all_pages(api, project, limit=2, **query)]
+
+    def where(test, sort: str = "started_at") -> list[str]:
+        chosen = [run for run in listed if test(run)]
+        return expected(chosen, SORT_VALUES[sort], "desc")
+
+    def calls(tool: str):
+        return lambda run: run["steps"] and (listed.index(run) % 2 == (tool == "search"))
+
+    for tool in ("search", "fetch"):
+        assert await ids(tool=tool) == where(calls(tool))
+        assert await ids(tool=tool, sort="cost_usd") == where(calls(tool), "cost_usd")
+        assert await ids(tool=tool, agent_name="beta") == where(
+            lambda run, tool=tool: calls(tool)(run) and run["agent"] == "beta"
+        )
+    assert await ids(tool="no such tool") == []
+
+
 async def test_runs_rows_count_their_children(api, project, listed):
     rows = {row["id"]: row for row in await all_pages(api, project)}
     assert rows[listed[0]["id"]]["child_count"] == 2

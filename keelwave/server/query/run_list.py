@@ -27,7 +27,7 @@ from keelwave.server.findings import KINDS as FINDING_KINDS
 from keelwave.server.http import appkeys, params
 from keelwave.server.http.operations import ApiRoutes, Param
 from keelwave.server.http.responses import respond
-from keelwave.server.query import run_search
+from keelwave.server.query import run_search, run_tools
 from keelwave.server.query.fields import FROM_SPANS, RUN_FIELDS
 from keelwave.server.query.schemas import (
     RUN_STATUSES,
@@ -108,10 +108,14 @@ def _uuid(request: web.Request, name: str) -> uuid.UUID | None:
 
 
 def filters(
-    request: web.Request, args: dict[str, Any], q_agents: list[str] | None = None
+    request: web.Request,
+    args: dict[str, Any],
+    q_agents: list[str] | None = None,
+    tool_runs: list[uuid.UUID] | None = None,
 ) -> list[str]:
     """The WHERE conditions the query parameters ask for; their values go into ``args``.
-    ``q_agents``: the project's agent names that hold ``q`` (run_search.AGENT_NAMES)."""
+    ``q_agents``: the project's agent names that hold ``q`` (run_search.AGENT_NAMES);
+    ``tool_runs``: the runs that called ``tool``, if few (run_tools.runs_calling)."""
     where = ["project_id = %(project)s"]
     if agent := params.text(request, "agent_name"):
         where.append("agent_name = %(agent)s")
@@ -151,11 +155,7 @@ def filters(
         where.append(f"keelwave_jsonb(metadata) @> %(metadata{number})s::jsonb")
         args[f"metadata{number}"] = wanted
     if tool := params.text(request, "tool"):
-        where.append(
-            "EXISTS (SELECT 1 FROM agent_steps s WHERE s.project_id = agent_runs.project_id "
-            "AND s.run_id = agent_runs.id AND s.tool_name = %(tool)s)"
-        )
-        args["tool"] = tool
+        where.append(run_tools.condition(tool, tool_runs, args))
     if (root := params.boolean(request, "root")) is not None:
         where.append("parent_run_id IS NULL" if root else "parent_run_id IS NOT NULL")
     if (parent := _uuid(request, "parent_run_id")) is not None:
@@ -253,15 +253,19 @@ async def list_runs(request: web.Request) -> web.Response:
         "stall": params.stall_after(request),
         "limit": limit + 1,
     }
-    q_agents = None
-    if q := params.text(request, "q"):
+    q_agents = tool_runs = None
+    q, tool = params.text(request, "q"), params.text(request, "tool")
+    if q or tool:
         async with request.app[appkeys.POOL].connection() as conn:
-            pattern = run_search.like_pattern(q)
-            found = await conn.execute(
-                run_search.AGENT_NAMES, {"project": project_id, "q_name": pattern}
-            )
-            q_agents = [name for (name,) in await found.fetchall()]
-    where = filters(request, args, q_agents)
+            if q:
+                pattern = run_search.like_pattern(q)
+                found = await conn.execute(
+                    run_search.AGENT_NAMES, {"project": project_id, "q_name": pattern}
+                )
+                q_agents = [name for (name,) in await found.fetchall()]
+            if tool:
+                tool_runs = await run_tools.runs_calling(conn, project_id, tool)
+    where = filters(request, args, q_agents, tool_runs)
     if (cursor := params.decode_cursor(request, 4)) is not None:
         where.append(order.after(cursor, args))
     # The page first, then each row's from_spans: PostgreSQL computes a select list

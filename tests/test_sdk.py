@@ -452,7 +452,10 @@ def test_sdk_retries_503_and_honours_retry_after() -> None:
     import http.server
 
     received: list[list[dict]] = []
-    refusals = {"left": 2}
+    # The server refuses what arrives in the first half second after its first request:
+    # the SDK may have several requests on their way at once (a busy machine makes that
+    # likelier), and each of those must be refused too for the wait to be measurable.
+    refusing: dict[str, float] = {}
     arrivals: list[tuple[float, int]] = []  # (when, status answered)
 
     class Flaky(http.server.BaseHTTPRequestHandler):
@@ -460,14 +463,14 @@ def test_sdk_retries_503_and_honours_retry_after() -> None:
 
         def do_POST(self) -> None:  # noqa: N802
             body = self.rfile.read(int(self.headers["Content-Length"]))
-            if refusals["left"] > 0:
-                refusals["left"] -= 1
-                arrivals.append((time.monotonic(), 503))
+            now = time.monotonic()
+            if now < refusing.setdefault("until", now + 0.5):
+                arrivals.append((now, 503))
                 self.send_response(503)
                 self.send_header("Retry-After", "2")
                 payload = b'{"error": {"code": "overloaded", "message": "busy"}}'
             else:
-                arrivals.append((time.monotonic(), 200))
+                arrivals.append((now, 200))
                 parsed = json.loads(body)
                 received.append(parsed if isinstance(parsed, list) else [parsed])
                 self.send_response(200)
@@ -494,10 +497,9 @@ def test_sdk_retries_503_and_honours_retry_after() -> None:
     httpd.shutdown()
     steps = [item for batch in received for item in batch if "step_index" in item]
     assert sorted(step["step_index"] for step in steps) == list(range(1, 21))
-    assert refusals["left"] == 0
+    assert any(status == 503 for _, status in arrivals)
     # Nothing was accepted before the 2 s the server asked for had passed since it
-    # first refused (requests already on their way may be refused together). A lower
-    # bound only: a slow machine makes the gap longer, never shorter.
+    # first refused. A lower bound only: a slow machine makes the gap longer.
     first_refusal = min(at for at, status in arrivals if status == 503)
     first_accepted = min(at for at, status in arrivals if status == 200)
     assert first_accepted - first_refusal >= 1.9, arrivals

@@ -8,10 +8,10 @@ writer's group commit, a finish, or the reaper timing runs out:
    therefore run one after the other, across server processes, and the
    duplicate checks and counter updates see each other's rows.
 2. It updates run rows before rollup rows.
-3. It changes rollup rows in one statement per rollup table, in key order,
-   run rollups, then duration rollups, then tool rollups (each histogram's
-   daily twin straight after it, daily_rollups.py), so two transactions can
-   never wait on each other's rollup rows.
+3. It changes rollup rows in key order, table after table: run rollups, then
+   the agents' and then the project's duration rollups, then tool rollups
+   (each table's daily twin straight after it, daily_rollups.py), so two
+   transactions can never wait on each other's rollup rows.
 
 Counters on a run (steps, model calls, tokens, cost, last activity) are kept
 current as rows arrive. Rollups add up runs by (project, agent, hour the run

@@ -36,7 +36,8 @@ pytestmark = requires_citus
 DISTRIBUTED = {
     "agent_runs", "agent_steps", "ai_traces", "agent_run_rollups", "agent_duration_rollups",
     "agent_tool_rollups", "otlp_spans", "otlp_runs", "kw_run_locks",
-    "agent_duration_rollups_daily", "agent_tool_rollups_daily",
+    "agent_duration_rollups_daily", "agent_tool_rollups_daily", "agent_run_rollups_daily",
+    "project_duration_rollups", "project_duration_rollups_daily",
 }  # fmt: skip
 REFERENCE = {"projects", "api_keys", "alert_rules", "alert_events", "retention_sweeps"}
 
@@ -171,6 +172,25 @@ async def test_ingest_and_query_through_the_server(
         (project,),
     )
     assert rollup == (1, 1, 41, 1)
+    [daily] = stored(
+        citus_url,
+        "SELECT sum(runs), sum(finished_runs), sum(steps), sum(llm_calls) "
+        "FROM agent_run_rollups_daily WHERE project_id = %s",
+        (project,),
+    )
+    assert daily == rollup
+    # The finished run's duration, in the agent's histograms and the project's, by hour
+    # and by day.
+    durations = ("agent_duration_rollups", "agent_duration_rollups_daily",
+                 "project_duration_rollups", "project_duration_rollups_daily")  # fmt: skip
+    counted = stored(
+        citus_url,
+        " UNION ALL ".join(
+            f"SELECT sum(runs) FROM {t} WHERE project_id = %(p)s" for t in durations
+        ),
+        {"p": project},
+    )
+    assert counted == [(1,)] * len(durations)
     [(calls,)] = stored(
         citus_url, "SELECT sum(calls) FROM agent_tool_rollups WHERE project_id = %s", (project,)
     )

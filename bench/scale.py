@@ -66,6 +66,7 @@ import statistics
 import sys
 import threading
 import time
+from collections import Counter
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -79,6 +80,7 @@ from scale_data import (  # noqa: E402
     DAILY_ROLLUPS,
     DURATION_ROLLUPS,
     LOADED_TABLES,
+    NORMAL_TEMPLATES,
     PROJECT_DURATION_ROLLUPS,
     RUN_COLUMNS,
     RUN_ROLLUPS,
@@ -401,7 +403,8 @@ def endpoints(meta: dict) -> list[tuple[str, str, float | None]]:
     window = "window=30d"
     run = f"/runs/{meta['long_run']}"
     rarest = agent_names(meta.get("agents", len(AGENTS)))[-1]
-    tools = sorted({tool_name(k, meta.get("tools", len(TOOLS))) for k in range(len(TOOLS) * 512)})
+    calls = Counter(tool_name(k, meta.get("tools", len(TOOLS))) for k in range(NORMAL_TEMPLATES))
+    rarest_tool = min(calls, key=lambda name: (calls[name], name))
     return [
         ("summary 30d", f"/summary?{window}", 200),
         ("health 30d", f"/health?{window}", 200),
@@ -422,7 +425,7 @@ def endpoints(meta: dict) -> list[tuple[str, str, float | None]]:
         ("runs, tags prod and v2", "/runs?tag=prod&tag=v2", 50),
         ("runs, tags no run has both", "/runs?tag=prod&tag=staging", 50),
         ("runs, tool (common)", f"/runs?tool={TOOLS[0]}", 50),
-        ("runs, tool (rarest)", f"/runs?tool={tools[-1]}", 50),
+        ("runs, tool (rarest)", f"/runs?tool={rarest_tool}", 50),
         ("runs, tool no step has", "/runs?tool=no_such_tool", 50),
         ("runs, ending timeout", "/runs?termination_reason=timeout", 50),
         ("runs, ending loop", "/runs?termination_reason=loop_detected", 50),

@@ -445,8 +445,11 @@ def endpoints(meta: dict) -> list[tuple[str, str, float | None]]:
     ]
 
 
-async def time_api(url: str, meta: dict, repeat: int, warmup: int) -> list[dict]:
-    """p50 and p95 of ``repeat`` calls of each endpoint, after ``warmup`` calls."""
+async def time_api(
+    url: str, meta: dict, repeat: int, warmup: int, only: list[str] | None = None
+) -> list[dict]:
+    """p50 and p95 of ``repeat`` calls of each endpoint (those whose label holds one of
+    ``only``, if given), after ``warmup`` calls."""
     headers = {"Authorization": f"Bearer {meta['key']}"}
     results = []
     async with aiohttp.ClientSession(headers=headers) as session:
@@ -454,6 +457,8 @@ async def time_api(url: str, meta: dict, repeat: int, warmup: int) -> list[dict]
             project = (await answer.json())["data"]["project_id"]
         base = f"{url}/v1/projects/{project}/agent"
         for label, path, budget in endpoints(meta):
+            if only and not any(part in label for part in only):
+                continue
             async with session.get(base + path) as answer:
                 await answer.read()
                 if answer.status == 404 and not path.startswith("/runs/"):
@@ -604,6 +609,9 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--json", help="also write the results to this file")
+    parser.add_argument(
+        "--only", action="append", help="time only the endpoints whose label holds this; repeatable"
+    )
     args = parser.parse_args()
     runs = args.runs or (20_000 if args.verify else 2_500_000)
     steps = args.steps or runs * 20
@@ -624,7 +632,9 @@ def main() -> None:
     process, server_url, _ = start_server(url)
     try:
         print(f"timing against {server_url} ({args.warmup} warm-up calls, then {args.repeat}):")
-        results = asyncio.run(time_api(server_url, meta, args.repeat, args.warmup))
+        results = asyncio.run(
+            time_api(server_url, meta, args.repeat, args.warmup, args.only)
+        )
     finally:
         process.terminate()
         process.wait()

@@ -80,6 +80,12 @@ WHERE r.project_id = %(project)s AND r.id = n.id
        OR (r.duration_ms IS NULL AND n.duration_ms IS NOT NULL))
 """
 
+# Every rebuilt rollup is written in time order (ORDER BY its hour or day first), as
+# ingest writes it: a window's edge hours are then on a few pages, not spread over the
+# whole table in the hash aggregate's order (health's histogram read of 67,000 edge
+# rows over 50 million steps: 17,800 pages and 166 ms in that order, 1,000 and 118 ms
+# in time order).
+
 # What one agent_runs row adds to each counter of agent_run_rollups: how its start,
 # its steps and model calls, its finish and its verdict add up (statements.py).
 RUN_SHARES = {
@@ -114,6 +120,7 @@ SELECT project_id, agent_name, date_trunc('hour', started_at, 'UTC'),
        {", ".join(RUN_SHARES[counter] for counter in ROLLUP_COUNTERS)}
 FROM agent_runs WHERE project_id = %(project)s
 GROUP BY 1, 2, 3
+ORDER BY 3, 2
 """
 DURATION_ROLLUPS = f"""
 INSERT INTO agent_duration_rollups (project_id, bucket, agent_name, duration_bin, runs)
@@ -122,6 +129,7 @@ SELECT project_id, date_trunc('hour', started_at, 'UTC'), agent_name, {bin_sql("
 FROM agent_runs
 WHERE project_id = %(project)s AND termination_reason IS NOT NULL AND duration_ms IS NOT NULL
 GROUP BY 1, 2, 3, 4
+ORDER BY 2, 3, 4
 """
 # The project's durations whatever the agent: the agents' histograms summed.
 PROJECT_DURATION_ROLLUPS = """
@@ -129,6 +137,7 @@ INSERT INTO project_duration_rollups (project_id, bucket, duration_bin, runs)
 SELECT project_id, bucket, duration_bin, sum(runs) FROM agent_duration_rollups
 WHERE project_id = %(project)s
 GROUP BY 1, 2, 3
+ORDER BY 2, 3
 """
 # A finished run's tool calls, by the finish path's own SQL (tool_rollups.py), for the
 # runs that started in [lo, hi): whole hours, so no two slices share a row. The slice's
@@ -160,6 +169,7 @@ SELECT project_id, date_trunc('day', bucket, 'UTC'), {", ".join(table.keys)},
        {", ".join(f"sum({counter})" for counter in table.counters)}
 FROM {table.hourly} WHERE project_id = %(project)s
 GROUP BY {", ".join(str(n) for n in range(1, len(table.keys) + 3))}
+ORDER BY {", ".join(str(n) for n in range(2, len(table.keys) + 3))}
 """
     for table in daily_rollups.ROLLUPS
 )

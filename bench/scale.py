@@ -632,9 +632,7 @@ def main() -> None:
     process, server_url, _ = start_server(url)
     try:
         print(f"timing against {server_url} ({args.warmup} warm-up calls, then {args.repeat}):")
-        results = asyncio.run(
-            time_api(server_url, meta, args.repeat, args.warmup, args.only)
-        )
+        results = asyncio.run(time_api(server_url, meta, args.repeat, args.warmup, args.only))
     finally:
         process.terminate()
         process.wait()

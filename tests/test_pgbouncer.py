@@ -99,7 +99,13 @@ async def test_ingest_finishes_and_queries_under_load(
         totals = await asyncio.gather(
             *(_client(session, base, project.auth("ingest"), n) for n in range(CLIENTS))
         )
-        for path in ("/runs?limit=5", "/summary?window=1h", "/health", "/tools"):
+        for path in (
+            "/runs?limit=5",
+            "/runs?tag=a&tag=b",
+            "/summary?window=1h",
+            "/health",
+            "/tools",
+        ):
             async with session.get(
                 f"{base}/v1/projects/{project.id}/agent{path}", headers=project.auth("read")
             ) as response:

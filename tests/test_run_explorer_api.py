@@ -419,6 +419,49 @@ async def test_runs_by_tool_from_the_tools_runs_or_run_by_run(
     assert await ids(tool="no such tool") == []
 
 
+@pytest.mark.parametrize(("walked", "listed_up_to"), [(5_000, 2_000), (3, 2_000), (3, 1)])
+async def test_runs_by_tags_among_other_conditions_whichever_way_found(
+    api, project, listed, monkeypatch, walked, listed_up_to
+):
+    """Two tags, or a tag and another filter, keep exactly the runs with all of them
+    whichever way the page is found (run_tags.py): among the first runs walked in the
+    list's order, from the tag index's few runs, or as planned when more have them;
+    page after page, in sorts with and without an index, and none when no run has all."""
+    from keelwave.server.query import run_tags
+
+    monkeypatch.setattr(run_tags, "WALKED", walked)
+    monkeypatch.setattr(run_tags, "LISTED", listed_up_to)
+
+    async def ids(sort: str = "started_at", order: str = "desc", **query) -> list[str]:
+        rows = await all_pages(api, project, limit=2, sort=sort, order=order, **query)
+        return [row["id"] for row in rows]
+
+    def where(test, sort: str = "started_at", order: str = "desc") -> list[str]:
+        return expected([run for run in listed if test(run)], SORT_VALUES[sort], order)
+
+    def tagged(*tags: str):
+        return lambda run: set(tags) <= set(run["tags"])
+
+    for sort in SORT_VALUES:
+        for order in ("desc", "asc"):
+            assert await ids(sort, order, tag=["prod", "eu"]) == where(
+                tagged("prod", "eu"), sort, order
+            ), (sort, order)
+    assert await ids(tag=["prod", "eu"], agent_name="beta") == where(
+        lambda run: tagged("prod", "eu")(run) and run["agent"] == "beta"
+    )
+    assert await ids("cost_usd", tag="prod", agent_name="alpha") == where(
+        lambda run: tagged("prod")(run) and run["agent"] == "alpha", "cost_usd"
+    )
+    assert await ids(tag=["eu", "nope"]) == []
+    assert await ids("tokens", tag="eu", agent_name="gamma", status="finished") == where(
+        lambda run: (
+            tagged("eu")(run) and run["agent"] == "gamma" and run["duration_ms"] is not None
+        ),
+        "tokens",
+    )
+
+
 async def test_runs_rows_count_their_children(api, project, listed):
     rows = {row["id"]: row for row in await all_pages(api, project)}
     assert rows[listed[0]["id"]]["child_count"] == 2

@@ -27,7 +27,7 @@ from keelwave.server.findings import KINDS as FINDING_KINDS
 from keelwave.server.http import appkeys, params
 from keelwave.server.http.operations import ApiRoutes, Param
 from keelwave.server.http.responses import respond
-from keelwave.server.query import run_search, run_tools
+from keelwave.server.query import run_search, run_tags, run_tools
 from keelwave.server.query.fields import FROM_SPANS, RUN_FIELDS
 from keelwave.server.query.schemas import (
     RUN_STATUSES,
@@ -48,6 +48,9 @@ SORTS: dict[str, tuple[str, str, bool]] = {
     "tokens": ("(input_tokens + output_tokens)", "int8", False),
     "agent_name": ("agent_name", "text", False),
 }
+# The sorts an index of agent_runs reads in order (migration 0012); the others sort
+# every run that passes the filters.
+INDEXED_SORTS = ("started_at", "cost_usd", "agent_name")
 ORDERS = ("desc", "asc")
 SortName = Literal[tuple(SORTS)]  # type: ignore[valid-type]
 
@@ -148,7 +151,7 @@ def filters(
     if q := params.text(request, "q"):
         where.append(run_search.condition(q, q_agents or [], args))
     if tags := _names(request, "tag"):
-        where.append("tags @> %(tags)s::text[]")
+        where.append(run_tags.CONDITION)
         args["tags"] = tags
     for number, wanted in enumerate(_metadata(request)):
         # keelwave_jsonb (migration 0009): metadata is json, which jsonb may refuse.
@@ -234,6 +237,19 @@ class Order:
         )
 
 
+def _page(order: Order, where: list[str], source: str = "agent_runs") -> str:
+    """The page of the runs of ``source`` that pass ``where``, in ``order``.
+
+    The page first, then each row's from_spans: PostgreSQL computes a select list
+    before a sort, for every row it sorts, and this one parses the metadata."""
+    return (
+        f"SELECT page.*, {FROM_SPANS} FROM ("
+        f"SELECT {RUN_FIELDS}, metadata, {order.expression} AS sort_value FROM {source} "
+        f"WHERE {' AND '.join(where)} ORDER BY {order.order_by()} LIMIT %(limit)s"
+        f") page ORDER BY {order.order_by('sort_value')}"
+    )
+
+
 @routes.get(
     "/v1/projects/{project_id}/agent/runs",
     summary="List runs",
@@ -266,21 +282,30 @@ async def list_runs(request: web.Request) -> web.Response:
             if tool:
                 tool_runs = await run_tools.runs_calling(conn, project_id, tool)
     where = filters(request, args, q_agents, tool_runs)
+    tags_among_others = "tags" in args and run_tags.correlated(args["tags"], where)
     if (cursor := params.decode_cursor(request, 4)) is not None:
         where.append(order.after(cursor, args))
-    # The page first, then each row's from_spans: PostgreSQL computes a select list
-    # before a sort, for every row it sorts, and this one parses the metadata.
-    sql = (
-        f"SELECT page.*, {FROM_SPANS} FROM ("
-        f"SELECT {RUN_FIELDS}, metadata, {order.expression} AS sort_value FROM agent_runs "
-        f"WHERE {' AND '.join(where)} ORDER BY {order.order_by()} LIMIT %(limit)s"
-        f") page ORDER BY {order.order_by('sort_value')}"
-    )
     async with (
         request.app[appkeys.POOL].connection() as conn,
         conn.cursor(row_factory=dict_row) as cur,
     ):
-        rows = await (await cur.execute(sql, args)).fetchall()
+        rows = None
+        if tags_among_others:
+            if order.sort in INDEXED_SORTS:  # a walk in the list's order is cheap
+                source = run_tags.walked(where, order.order_by())
+                page = _page(order, [run_tags.CONDITION], source)
+                rows = await (await cur.execute(page, args)).fetchall()
+                if len(rows) <= limit:  # not a whole page among them
+                    rows = None
+            if rows is None:
+                tagged = await run_tags.tagged_runs(conn, where, args)
+                if tagged == []:
+                    rows = []
+                elif tagged is not None:
+                    where.append("id = ANY(%(tagged_runs)s)")
+                    args["tagged_runs"] = tagged
+        if rows is None:
+            rows = await (await cur.execute(_page(order, where), args)).fetchall()
     next_cursor = None
     if len(rows) > limit:
         rows = rows[:limit]

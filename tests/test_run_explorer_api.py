@@ -10,8 +10,9 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime, timedelta
 
+import psycopg
 import pytest
-from conftest import Api, Project
+from conftest import Api, Project, create_database, drop_database, make_project, serving
 
 T0 = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=2)
 
@@ -420,17 +421,18 @@ async def test_runs_by_tool_from_the_tools_runs_or_run_by_run(
 
 
 @pytest.mark.parametrize(("walked", "listed_up_to"), [(5_000, 2_000), (3, 2_000), (3, 1)])
-async def test_runs_by_tags_among_other_conditions_whichever_way_found(
+async def test_runs_by_tags_and_metadata_among_other_conditions_whichever_way_found(
     api, project, listed, monkeypatch, walked, listed_up_to
 ):
-    """Two tags, or a tag and another filter, keep exactly the runs with all of them
-    whichever way the page is found (run_tags.py): among the first runs walked in the
-    list's order, from the tag index's few runs, or as planned when more have them;
-    page after page, in sorts with and without an index, and none when no run has all."""
-    from keelwave.server.query import run_tags
+    """Two tags or metadata values, or one and another filter, keep exactly the runs
+    with all of them whichever way the page is found (run_containment.py): among the
+    first runs walked in the list's order, from the indexes' few runs, or as planned
+    when more pass; page after page, in sorts with and without an index, and none
+    when no run has all."""
+    from keelwave.server.query import run_containment
 
-    monkeypatch.setattr(run_tags, "WALKED", walked)
-    monkeypatch.setattr(run_tags, "LISTED", listed_up_to)
+    monkeypatch.setattr(run_containment, "WALKED", walked)
+    monkeypatch.setattr(run_containment, "LISTED", listed_up_to)
 
     async def ids(sort: str = "started_at", order: str = "desc", **query) -> list[str]:
         rows = await all_pages(api, project, limit=2, sort=sort, order=order, **query)
@@ -454,12 +456,83 @@ async def test_runs_by_tags_among_other_conditions_whichever_way_found(
         lambda run: tagged("prod")(run) and run["agent"] == "alpha", "cost_usd"
     )
     assert await ids(tag=["eu", "nope"]) == []
+
+    def has(**values):
+        return lambda run: all(run["metadata"][key] == value for key, value in values.items())
+
+    assert await ids(metadata=["team=search", "tier=0"]) == []  # tier is a number
+    assert await ids("agent_name", metadata=["team=search", "user=u1"]) == where(
+        has(team="search", user="u1"), "agent_name"
+    )
+    assert await ids(metadata=["team=search", "team=ads"]) == []
+    assert await ids("duration_ms", "asc", metadata="team=ads", tag="prod") == where(
+        lambda run: has(team="ads")(run) and tagged("prod")(run), "duration_ms", "asc"
+    )
+    assert await ids(metadata="user=u2", agent_name="gamma") == where(
+        lambda run: has(user="u2")(run) and run["agent"] == "gamma"
+    )
     assert await ids("tokens", tag="eu", agent_name="gamma", status="finished") == where(
         lambda run: (
             tagged("eu")(run) and run["agent"] == "gamma" and run["duration_ms"] is not None
         ),
         "tokens",
     )
+
+
+@pytest.fixture
+def parallel_db_url(template_database: str):
+    """A database whose every query PostgreSQL runs in a parallel worker where it can, as
+    it chooses to on a big project's tables."""
+    name = f"kw_parallel_{uuid.uuid4().hex[:12]}"
+    url = create_database(name, template=template_database)
+    with psycopg.connect(url, autocommit=True) as conn:
+        version = int(conn.execute("SHOW server_version_num").fetchone()[0])
+        setting = "debug_parallel_query" if version >= 160000 else "force_parallel_mode"
+        conn.execute(f"ALTER DATABASE {name} SET {setting} = on")
+    yield url
+    drop_database(name)
+
+
+async def test_every_read_and_erasure_in_parallel_workers(parallel_db_url, aiohttp_server):
+    """The API answers where PostgreSQL runs queries in parallel workers, as it chooses
+    to on a big project's tables. keelwave_jsonb (migration 0009) opens a
+    subtransaction, which parallel mode refuses: the metadata filter answered 500
+    there (migration 0026)."""
+    project = make_project(parallel_db_url)
+    async with serving(parallel_db_url, aiohttp_server, 64 * 1024) as api:
+        plain = await start(api, project, "alpha", 1, metadata={"team": "search"}, tags=["a"])
+        # JSON that jsonb refuses as it is (an escaped NUL): keelwave_jsonb's other way
+        odd = await start(api, project, "beta", 2, metadata={"team": "search", "note": "a\x00b"})
+        other = await start(api, project, "alpha", 3, metadata={"team": "ads"})
+        await steps(api, project, plain, {"step_index": 1, "tool_name": "t", "tool_input": {}})
+        await finish(api, project, plain, 4)
+        for query, wanted in (
+            ({"metadata": "team=search"}, [odd, plain]),
+            ({"metadata": "team=search", "agent_name": "beta"}, [odd]),
+            ({"metadata": "team=search", "tag": "a", "sort": "tokens"}, [plain]),
+            ({"q": "alp", "sort": "step_count"}, [plain, other]),
+            ({"tool": "t"}, [plain]),
+        ):
+            status, body = await read(api, project, "/runs", **query)
+            assert status == 200, (query, body)
+            assert [row["id"] for row in body["data"]] == wanted, query
+            assert not any(row["from_spans"] for row in body["data"])
+        for path in (
+            f"/runs/{odd}", f"/runs/{plain}/timeline", f"/runs/{plain}/steps",
+            f"/runs/{plain}/loops", f"/runs/{plain}/findings", "/summary", "/health",
+            f"/runs/{plain}/llm", "/runs/timeseries", "/runs/terminations", "/tools", "/cost",
+            "/findings", f"/runs/compare?a={plain}&b={other}",
+        ):  # fmt: skip
+            status, body = await read(api, project, path)
+            assert status == 200, (path, body)
+        status, body, _ = await api.post(
+            f"/v1/projects/{project.id}/agent/runs/delete",
+            json={"metadata": {"team": "search"}},
+            headers=project.auth("all"),
+        )
+        assert status == 200, body
+        status, body = await read(api, project, "/runs")
+        assert [row["id"] for row in body["data"]] == [other]
 
 
 async def test_runs_rows_count_their_children(api, project, listed):

@@ -28,15 +28,16 @@ RUN_FIELDS = """
 
 # Whether a run came as OpenTelemetry spans: the mapping puts the trace's id in its
 # metadata (ingest/otlp/conventions.py). Then no agent reported its loop_detected; the
-# server set it from the fingerprints. Parsing the metadata is the cost: the runs list
-# selects it only for the rows of its page (run_list.py), not for every row it sorts.
-# Metadata is json as sent, and ``->>`` refuses a document with a ``\u0000`` (or a
-# lone surrogate) escape: such metadata, rare, is read through keelwave_jsonb
-# (migration 0009), which masks them; the rest is read directly.
-FROM_SPANS = r"""
+# server set it from the fingerprints. (The runs list reads it from each row's
+# metadata in Python instead: run_list.py.) Metadata is json as sent, and ``->>``
+# refuses a document with a ``\u0000`` (or a lone surrogate) escape: such metadata,
+# rare, is read through keelwave_jsonb (migration 0009), which masks them; the rest is
+# read directly.
+TRACE_ID = "otel.trace_id"
+FROM_SPANS = rf"""
     (CASE WHEN strpos(metadata::text, '\u') > 0
-          THEN keelwave_jsonb(metadata) ? 'otel.trace_id'
-          ELSE (metadata ->> 'otel.trace_id') IS NOT NULL END) IS TRUE AS from_spans"""
+          THEN keelwave_jsonb(metadata) ? '{TRACE_ID}'
+          ELSE (metadata ->> '{TRACE_ID}') IS NOT NULL END) IS TRUE AS from_spans"""
 
 STEP_FIELDS = """
     step_index, step_type, tool_name, tool_input, tool_output, content,

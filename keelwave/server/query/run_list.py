@@ -27,8 +27,8 @@ from keelwave.server.findings import KINDS as FINDING_KINDS
 from keelwave.server.http import appkeys, params
 from keelwave.server.http.operations import ApiRoutes, Param
 from keelwave.server.http.responses import respond
-from keelwave.server.query import run_search, run_tags, run_tools
-from keelwave.server.query.fields import FROM_SPANS, RUN_FIELDS
+from keelwave.server.query import run_containment, run_search, run_tools
+from keelwave.server.query.fields import RUN_FIELDS, TRACE_ID
 from keelwave.server.query.schemas import (
     RUN_STATUSES,
     FindingKind,
@@ -151,11 +151,10 @@ def filters(
     if q := params.text(request, "q"):
         where.append(run_search.condition(q, q_agents or [], args))
     if tags := _names(request, "tag"):
-        where.append(run_tags.CONDITION)
+        where.append(run_containment.TAGS)
         args["tags"] = tags
     for number, wanted in enumerate(_metadata(request)):
-        # keelwave_jsonb (migration 0009): metadata is json, which jsonb may refuse.
-        where.append(f"keelwave_jsonb(metadata) @> %(metadata{number})s::jsonb")
+        where.append(run_containment.metadata(number))
         args[f"metadata{number}"] = wanted
     if tool := params.text(request, "tool"):
         where.append(run_tools.condition(tool, tool_runs, args))
@@ -238,15 +237,10 @@ class Order:
 
 
 def _page(order: Order, where: list[str], source: str = "agent_runs") -> str:
-    """The page of the runs of ``source`` that pass ``where``, in ``order``.
-
-    The page first, then each row's from_spans: PostgreSQL computes a select list
-    before a sort, for every row it sorts, and this one parses the metadata."""
+    """The page of the runs of ``source`` that pass ``where``, in ``order``."""
     return (
-        f"SELECT page.*, {FROM_SPANS} FROM ("
         f"SELECT {RUN_FIELDS}, metadata, {order.expression} AS sort_value FROM {source} "
         f"WHERE {' AND '.join(where)} ORDER BY {order.order_by()} LIMIT %(limit)s"
-        f") page ORDER BY {order.order_by('sort_value')}"
     )
 
 
@@ -282,7 +276,7 @@ async def list_runs(request: web.Request) -> web.Response:
             if tool:
                 tool_runs = await run_tools.runs_calling(conn, project_id, tool)
     where = filters(request, args, q_agents, tool_runs)
-    tags_among_others = "tags" in args and run_tags.correlated(args["tags"], where)
+    correlated = run_containment.correlated(where, args)
     if (cursor := params.decode_cursor(request, 4)) is not None:
         where.append(order.after(cursor, args))
     async with (
@@ -290,20 +284,19 @@ async def list_runs(request: web.Request) -> web.Response:
         conn.cursor(row_factory=dict_row) as cur,
     ):
         rows = None
-        if tags_among_others:
+        if correlated:  # tags or metadata among other conditions (run_containment.py)
             if order.sort in INDEXED_SORTS:  # a walk in the list's order is cheap
-                source = run_tags.walked(where, order.order_by())
-                page = _page(order, [run_tags.CONDITION], source)
-                rows = await (await cur.execute(page, args)).fetchall()
+                source, contained = run_containment.walked(where, order.order_by())
+                rows = await (await cur.execute(_page(order, contained, source), args)).fetchall()
                 if len(rows) <= limit:  # not a whole page among them
                     rows = None
             if rows is None:
-                tagged = await run_tags.tagged_runs(conn, where, args)
-                if tagged == []:
+                passing = await run_containment.runs_passing(conn, where, args)
+                if passing == []:
                     rows = []
-                elif tagged is not None:
-                    where.append("id = ANY(%(tagged_runs)s)")
-                    args["tagged_runs"] = tagged
+                elif passing is not None:
+                    where.append("id = ANY(%(passing)s)")
+                    args["passing"] = passing
         if rows is None:
             rows = await (await cur.execute(_page(order, where), args)).fetchall()
     next_cursor = None
@@ -311,5 +304,9 @@ async def list_runs(request: web.Request) -> web.Response:
         rows = rows[:limit]
         next_cursor = order.cursor_of(rows[-1])
     for row in rows:
-        del row["sort_value"], row["metadata"]
+        # fields.FROM_SPANS, read from the metadata psycopg parsed anyway: in SQL it would
+        # make every list query one PostgreSQL plans without parallel workers (0026).
+        metadata = row.pop("metadata")
+        row["from_spans"] = isinstance(metadata, dict) and metadata.get(TRACE_ID) is not None
+        del row["sort_value"]
     return respond(RunListResponse, {"data": rows, "next_cursor": next_cursor})

@@ -434,6 +434,12 @@ def endpoints(meta: dict) -> list[tuple[str, str, float | None]]:
         ("runs, metadata user (top)", "/runs?metadata=user_id=user-0", 50),
         ("runs, metadata user (rare)", "/runs?metadata=user_id=user-40000", 50),
         (
+            "runs, 2 metadata no run has",
+            "/runs?metadata=region=eu-west-1&metadata=region=us-east-1",
+            50,
+        ),
+        ("runs, metadata user + tag", "/runs?metadata=user_id=user-0&tag=staging", 50),
+        (
             "runs, agent + ending",
             f"/runs?agent_name={rarest}&termination_reason=context_limit",
             50,

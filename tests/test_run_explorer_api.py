@@ -420,18 +420,22 @@ async def test_runs_by_tool_from_the_tools_runs_or_run_by_run(
     assert await ids(tool="no such tool") == []
 
 
-@pytest.mark.parametrize(("walked", "listed_up_to"), [(5_000, 2_000), (3, 2_000), (3, 1)])
+@pytest.mark.parametrize(
+    ("walked", "rare", "listed_up_to"),
+    [(5_000, 0.05, 2_000), (3, 0.05, 2_000), (3, 0.5, 2_000), (3, 0.0, 2_000), (3, 0.05, 1)],
+)
 async def test_runs_by_tags_and_metadata_among_other_conditions_whichever_way_found(
-    api, project, listed, monkeypatch, walked, listed_up_to
+    api, project, listed, monkeypatch, walked, rare, listed_up_to
 ):
     """Two tags or metadata values, or one and another filter, keep exactly the runs
     with all of them whichever way the page is found (run_containment.py): among the
-    first runs walked in the list's order, from the indexes' few runs, or as planned
-    when more pass; page after page, in sorts with and without an index, and none
-    when no run has all."""
-    from keelwave.server.query import run_containment
+    first runs walked in the list's order, from the indexes of the rare values or of
+    all, or as planned when more pass; page after page, in sorts with and without an
+    index, and none when no run has all."""
+    from keelwave.server.query import run_containment, run_tools
 
     monkeypatch.setattr(run_containment, "WALKED", walked)
+    monkeypatch.setattr(run_containment, "RARE", rare)
     monkeypatch.setattr(run_containment, "LISTED", listed_up_to)
 
     async def ids(sort: str = "started_at", order: str = "desc", **query) -> list[str]:
@@ -471,6 +475,14 @@ async def test_runs_by_tags_and_metadata_among_other_conditions_whichever_way_fo
     assert await ids(metadata="user=u2", agent_name="gamma") == where(
         lambda run: has(user="u2")(run) and run["agent"] == "gamma"
     )
+    monkeypatch.setattr(run_tools, "LISTED", 1)  # the tool's runs probed one by one
+    assert await ids(tag="prod", tool="fetch") == where(
+        lambda run: tagged("prod")(run) and run["steps"] and listed.index(run) % 2 == 0
+    )
+    assert await ids(tag=["prod", "eu"], tool="fetch") == where(
+        lambda run: tagged("prod", "eu")(run) and run["steps"] and listed.index(run) % 2 == 0
+    )
+    assert await ids(tag=["prod", "eu"], tool="search") == []  # (eu: even runs, fetch)
     assert await ids("tokens", tag="eu", agent_name="gamma", status="finished") == where(
         lambda run: (
             tagged("eu")(run) and run["agent"] == "gamma" and run["duration_ms"] is not None

@@ -119,7 +119,7 @@ def filters(
     """The WHERE conditions the query parameters ask for; their values go into ``args``.
     ``q_agents``: the project's agent names that hold ``q`` (run_search.AGENT_NAMES);
     ``tool_runs``: the runs that called ``tool``, if few (run_tools.runs_calling)."""
-    where = ["project_id = %(project)s"]
+    where = [run_containment.PROJECT]
     if agent := params.text(request, "agent_name"):
         where.append("agent_name = %(agent)s")
         args["agent"] = agent
@@ -236,10 +236,10 @@ class Order:
         )
 
 
-def _page(order: Order, where: list[str], source: str = "agent_runs") -> str:
-    """The page of the runs of ``source`` that pass ``where``, in ``order``."""
+def _page(order: Order, where: list[str]) -> str:
+    """The page of the runs that pass ``where``, in ``order``."""
     return (
-        f"SELECT {RUN_FIELDS}, metadata, {order.expression} AS sort_value FROM {source} "
+        f"SELECT {RUN_FIELDS}, metadata, {order.expression} AS sort_value FROM agent_runs "
         f"WHERE {' AND '.join(where)} ORDER BY {order.order_by()} LIMIT %(limit)s"
     )
 
@@ -277,26 +277,28 @@ async def list_runs(request: web.Request) -> web.Response:
                 tool_runs = await run_tools.runs_calling(conn, project_id, tool)
     where = filters(request, args, q_agents, tool_runs)
     correlated = run_containment.correlated(where, args)
+    after = None
     if (cursor := params.decode_cursor(request, 4)) is not None:
-        where.append(order.after(cursor, args))
+        where.append(after := order.after(cursor, args))
     async with (
         request.app[appkeys.POOL].connection() as conn,
         conn.cursor(row_factory=dict_row) as cur,
     ):
         rows = None
         if correlated:  # tags or metadata among other conditions (run_containment.py)
-            if order.sort in INDEXED_SORTS:  # a walk in the list's order is cheap
-                source, contained = run_containment.walked(where, order.order_by())
-                rows = await (await cur.execute(_page(order, contained, source), args)).fetchall()
-                if len(rows) <= limit:  # not a whole page among them
-                    rows = None
-            if rows is None:
-                passing = await run_containment.runs_passing(conn, where, args)
-                if passing == []:
-                    rows = []
-                elif passing is not None:
-                    where.append("id = ANY(%(passing)s)")
-                    args["passing"] = passing
+            walk = (
+                run_containment.Order(
+                    order.order_by(), order.expression, order.order_by("sort_value")
+                )
+                if order.sort in INDEXED_SORTS  # a walk in the list's order is cheap
+                else None
+            )
+            passing = await run_containment.passing_runs(conn, where, after, walk, args)
+            if passing == []:
+                rows = []
+            elif passing is not None:
+                where.append("id = ANY(%(passing)s)")
+                args["passing"] = passing
         if rows is None:
             rows = await (await cur.execute(_page(order, where), args)).fetchall()
     next_cursor = None

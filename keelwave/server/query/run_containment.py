@@ -44,6 +44,7 @@ WALKED = 5_000
 PLANNER_FROM = 10
 RARE = 0.05
 LISTED = 2_000
+PROJECT = "project_id = %(project)s"  # (run_list.filters' first condition)
 TAGS = "tags @> %(tags)s::text[]"
 # keelwave_jsonb (migration 0009): metadata is json, which jsonb may refuse.
 _METADATA = "keelwave_jsonb(metadata) @> %(metadata{number})s::jsonb"
@@ -62,8 +63,8 @@ def _contains(condition: str) -> bool:
 
 
 def _values(where: list[str], args: dict[str, Any]) -> list[str]:
-    """One condition a tag or metadata value (the tags' one condition split, each tag
-    in ``args`` as a one-element array of its own)."""
+    """One condition per tag or metadata value (the tags' one condition split, each
+    tag in ``args`` as a one-element array of its own)."""
     values = []
     for number, tag in enumerate(args.get("tags", ())):
         args[f"tag{number}"] = [tag]
@@ -81,9 +82,6 @@ def correlated(where: list[str], args: dict[str, Any]) -> bool:
     return values > 1 or (values == 1 and others > 1)
 
 
-PROJECT = "project_id = %(project)s"  # (run_list.filters' first condition)
-
-
 class Order(NamedTuple):
     """The list's order, for the walk: an index reads the project's runs in it."""
 
@@ -98,7 +96,7 @@ class Walked(NamedTuple):
     passing: list[uuid.UUID]  # the first %(limit)s runs walked that pass, in order
     complete: bool  # the walk saw every run of the project (past the cursor)
     common: bool  # PLANNER_FROM or more passed: not few after all
-    rare: list[str]  # the values fewer than RARE of the runs walked that pass the rest pass
+    rare: list[str]  # the values that under RARE of the runs walked that pass the rest pass
 
 
 async def passing_runs(

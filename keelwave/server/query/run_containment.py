@@ -37,10 +37,10 @@ from typing import Any, NamedTuple
 
 from psycopg import AsyncConnection
 
-WALKED = 5_000
+WALKED = 2_000
 # As many runs walked passing every condition (short of a page) and those runs are
 # common enough that PostgreSQL's own plan finds a page soon (a page within about
-# 25,000 runs newest first), sooner than the GIN indexes answer (30–50 ms).
+# 10,000 runs newest first), sooner than the GIN indexes answer (30–50 ms).
 PLANNER_FROM = 10
 RARE = 0.05
 LISTED = 2_000
@@ -136,7 +136,7 @@ async def walk(
 ) -> Walked:
     """Step 1: the project's first WALKED runs past the ``cursor`` condition in the list's
     ``order``, which an index reads in that order; the other conditions are checked
-    on those. A fixed number of runs whatever they are: walking until WALKED runs
+    on those. A fixed number of runs whatever they are: walking until 5,000 runs
     passed an agent's condition, in order of cost, read 115,000 runs (0.3 s). One
     statement: a CTE of the runs walked and what each condition says."""
     values = _values(where, args)

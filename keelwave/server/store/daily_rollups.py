@@ -75,13 +75,14 @@ def _with_shard(table: Rollup, keys: tuple[str, ...]) -> tuple[str, ...]:
     return (*keys, "shard") if table.sharded else keys
 
 
-def _add_to_days(table: Rollup, rows: str, sign: str = "") -> str:
+def add_to_days(table: Rollup, rows: str, sign: str = "", shard: str = SHARD) -> str:
     """INSERT … ON CONFLICT adding ``sign`` times the hourly-keyed ``rows`` (a FROM item
     with project_id, bucket, the keys and counters) to their days, in key order (to
-    this backend's shard of each, in a sharded table)."""
+    the ``shard`` of each, this backend's unless told, in a sharded table); ``{where}``
+    is left for the caller to fill."""
     counters = table.counters
     positions = _cols(tuple(str(n + 1) for n in range(len(daily_keys(table)))))
-    shard = f"{SHARD}, " if table.sharded else ""
+    shard = f"{shard}, " if table.sharded else ""
     return f"""
 INSERT INTO {table.daily} AS r ({_cols(_with_shard(table, daily_keys(table)))}, {_cols(counters)})
 SELECT project_id, {_DAY_OF.format("bucket")}, {_cols(table.keys)}, {shard}
@@ -95,11 +96,12 @@ ON CONFLICT ({_cols(_with_shard(table, daily_keys(table)))}) DO UPDATE SET
 """
 
 
-def _add_to_hours(table: Rollup, where: str) -> str:
+def add_to_hours(table: Rollup, where: str, shard: str = SHARD) -> str:
     """INSERT … ON CONFLICT adding ``table.stage``'s rows (with ``where``) to the hourly
-    rows, in key order (to this backend's shard of each, in a sharded table)."""
+    rows, in key order (to the ``shard`` of each, this backend's unless told, in a
+    sharded table)."""
     keys = ("project_id", "bucket", *table.keys)
-    shard = f", {SHARD}" if table.sharded else ""
+    shard = f", {shard}" if table.sharded else ""
     return f"""
 INSERT INTO {table.hourly} AS r ({_cols(_with_shard(table, keys))}, {_cols(table.counters)})
 SELECT {_cols(keys)}{shard}, {", ".join(f"sum({c})" for c in table.counters)}
@@ -125,8 +127,8 @@ def merge(*tables: Rollup) -> str:
     """
     upserts: list[str] = []
     for table in tables:
-        upserts.append(_add_to_hours(table, _after(len(upserts))))
-        upserts.append(_add_to_days(table, table.stage).format(where=_after(len(upserts))))
+        upserts.append(add_to_hours(table, _after(len(upserts))))
+        upserts.append(add_to_days(table, table.stage).format(where=_after(len(upserts))))
     *first, last = upserts
     done = ",\n".join(f"u{n} AS ({sql.strip()}\nRETURNING 1)" for n, sql in enumerate(first))
     return f"WITH {done}{last}"
@@ -158,7 +160,7 @@ def retire_hours(table: Rollup) -> str:
     after the main query, so the hourly rows are locked first (rule 3).
     """
     keys = _cols(_with_shard(table, ("project_id", "bucket", *table.keys)))
-    subtract = _add_to_days(table, "gone", sign="-").format(where="")
+    subtract = add_to_days(table, "gone", sign="-").format(where="")
     return f"""
 WITH gone AS (
     DELETE FROM {table.hourly} WHERE ({keys}) IN (

@@ -208,60 +208,24 @@ WHERE r.project_id = {p}""",
     )
 
 
-def _merge(
-    p: str,
-    table: str,
-    stage: str,
-    keys: tuple[str, ...],
-    counters: tuple[str, ...],
-    shard: bool = False,
-) -> str:
-    """Add the project's staged rows of ``stage`` to ``table``, in key order (rule 3).
-    ``shard``: the table's key ends with a shard (rollup_shards.py).
-    This lane adds to shard 0: its statements are literal SQL pushed down to one
-    worker whole, and spreading its rows over shards is not done yet."""
-    key_list = ", ".join(keys)
-    columns = f"{key_list}, shard" if shard else key_list
-    return f"""INSERT INTO {table} AS r ({columns}, {", ".join(counters)})
-SELECT {key_list}{", 0" if shard else ""}, {", ".join(f"sum({c})" for c in counters)}
-FROM {stage} WHERE project_id = {p}
-GROUP BY {key_list} ORDER BY {key_list}
-ON CONFLICT ({columns}) DO UPDATE SET
-{", ".join(f"{c} = r.{c} + excluded.{c}" for c in counters)}"""
-
-
-def _merge_daily(p: str, table: daily_rollups.Rollup) -> str:
-    """Add the project's staged rollup rows to their days too (daily_rollups.py), right
-    after the hourly merge (rule 3: each daily table straight after its hourly one)."""
-    keys = ", ".join(daily_rollups.daily_keys(table)) + (", shard" if table.sharded else "")
-    positions = ", ".join(str(n + 1) for n in range(len(daily_rollups.daily_keys(table))))
-    return f"""INSERT INTO {table.daily} AS r ({keys}, {", ".join(table.counters)})
-SELECT project_id, date_trunc('day', bucket, 'UTC'), {", ".join(table.keys)},
-       {"0, " if table.sharded else ""}{", ".join(f"sum({c})" for c in table.counters)}
-FROM {table.stage} WHERE project_id = {p}
-GROUP BY {positions} ORDER BY {positions}
-ON CONFLICT ({keys}) DO UPDATE SET
-{", ".join(f"{c} = r.{c} + excluded.{c}" for c in table.counters)}"""
+def _merge(p: str, table: daily_rollups.Rollup) -> tuple[str, str]:
+    """Add the project's staged rows of ``table.stage`` to its hourly rows and then to
+    their days (daily_rollups.py), each in key order: rule 3, the daily table straight
+    after its hourly one. Two statements, where the other lanes chain them in one
+    (daily_rollups.merge): this lane's are literal SQL pushed down to one worker whole.
+    It adds to shard 0: spreading its rows over shards is not done yet."""
+    where = f"WHERE project_id = {p}"
+    return (
+        daily_rollups.add_to_hours(table, where, shard="0"),
+        daily_rollups.add_to_days(table, table.stage, shard="0").format(where=where),
+    )
 
 
 @functools.lru_cache(maxsize=1024)
 def _tail(p: str, kinds: frozenset[str]) -> tuple[str, ...]:
-    tail = [
-        _merge(
-            p, "agent_run_rollups", "kw_stage_rollups", ("project_id", "bucket", "agent_name"),
-            statements.ROLLUP_COUNTERS, shard=True,
-        ),
-        _merge_daily(p, daily_rollups.RUNS),
-    ]  # fmt: skip
+    tail = list(_merge(p, daily_rollups.RUNS))
     if "kw_stage_steps" in kinds:
-        tail.append(
-            _merge(
-                p, "agent_tool_rollups", "kw_stage_tools",
-                ("project_id", "bucket", "tool_name", "duration_bin"), tool_rollups.COUNTERS,
-                shard=True,
-            )
-        )  # fmt: skip
-        tail.append(_merge_daily(p, daily_rollups.TOOLS))
+        tail += _merge(p, daily_rollups.TOOLS)
         tail.append(f"DELETE FROM kw_stage_tools WHERE project_id = {p}")
     # Each transaction empties what it staged: no other one ever sees it.
     tail += [f"DELETE FROM {stage} WHERE project_id = {p}" for stage in sorted(kinds)]

@@ -37,6 +37,8 @@ from typing import Any, NamedTuple
 
 from psycopg import AsyncConnection
 
+from keelwave.server.query import run_tools
+
 WALKED = 2_000
 # As many runs walked passing every condition (short of a page) and those runs are
 # common enough that PostgreSQL's own plan finds a page soon (a page within about
@@ -62,6 +64,10 @@ def _contains(condition: str) -> bool:
     return condition == TAGS or condition.startswith("keelwave_jsonb(metadata) @> ")
 
 
+def _metadata_values(where: list[str]) -> list[str]:
+    return [condition for condition in where if condition != TAGS and _contains(condition)]
+
+
 def _values(where: list[str], args: dict[str, Any]) -> list[str]:
     """One condition per tag or metadata value (the tags' one condition split, each
     tag in ``args`` as a one-element array of its own)."""
@@ -69,25 +75,15 @@ def _values(where: list[str], args: dict[str, Any]) -> list[str]:
     for number, tag in enumerate(args.get("tags", ())):
         args[f"tag{number}"] = [tag]
         values.append(f"tags @> %(tag{number})s::text[]")
-    return values + [condition for condition in where if condition != TAGS and _contains(condition)]
+    return values + _metadata_values(where)
 
 
 def correlated(where: list[str], args: dict[str, Any]) -> bool:
     """Whether ``where`` holds tags or metadata among other conditions: two values, or
     one and a condition besides the project's (always there)."""
-    values = len(args.get("tags", ())) + sum(
-        1 for condition in where if condition != TAGS and _contains(condition)
-    )
+    values = len(args.get("tags", ())) + len(_metadata_values(where))
     others = sum(1 for condition in where if not _contains(condition))
     return values > 1 or (values == 1 and others > 1)
-
-
-class Order(NamedTuple):
-    """The list's order, for the walk: an index reads the project's runs in it."""
-
-    order_by: str
-    sort_value: str  # the SQL of the value sorted by
-    order_by_value: str  # order_by, by the name sort_value
 
 
 class Walked(NamedTuple):
@@ -103,92 +99,86 @@ async def passing_runs(
     conn: AsyncConnection,
     where: list[str],
     cursor: str | None,
-    order: Order | None,
+    order_by: str | None,
     args: dict[str, Any],
 ) -> list[uuid.UUID] | None:
     """The ids of the runs the page is among (module docstring), or None: read it as
-    PostgreSQL plans it. ``order``: the list's, if an index reads runs in it (else no
-    walk); ``cursor``: its condition in ``where``, if any."""
-    probes = [condition for condition in where if "SELECT" in condition]
-    if probes:
-        # A probe of each run (run_tools' of a tool many runs call): Citus plans none
-        # beside the walk's subquery, and in bitmaps only each would be a bitmap scan.
-        # No walk then, and step 2 leaves the probe to the page (ids of more runs than
-        # pass are no harm: the page's query has every condition): only for two values
-        # or more, which alone can make a page far; else as planned.
-        where = [condition for condition in where if condition not in probes]
-        if len(_values(where, args)) < 2:
+    PostgreSQL plans it. ``order_by``: the list's order, if an index reads runs in it
+    (else no walk); ``cursor``: its condition in ``where``, if any."""
+    if run_tools.ANY_STEP in where:
+        # A probe of each run (of a tool many runs call): Citus plans none beside the
+        # walk's subquery, and in bitmaps only each would be a bitmap scan. No walk
+        # then, and step 2 leaves the probe to the page (ids of more runs than pass are
+        # no harm: the page's query has every condition): only for two values or more,
+        # which alone can make a page far; else as planned.
+        where = [condition for condition in where if condition != run_tools.ANY_STEP]
+        if len(args.get("tags", ())) + len(_metadata_values(where)) < 2:
             return None
-        order = None
+        order_by = None
+    values = _values(where, args)
     rare: list[str] = []
-    if order is not None:
-        walked = await walk(conn, where, cursor, order, args)
+    if order_by is not None:
+        walked = await walk(conn, where, values, cursor, order_by, args)
         if len(walked.passing) == args["limit"] or walked.complete:
             return walked.passing
         if walked.common:
             return None
         rare = walked.rare
-    return await runs_passing(conn, where, args, rare)
+    return await runs_passing(conn, where, values, args, rare)
 
 
 async def walk(
-    conn: AsyncConnection, where: list[str], cursor: str | None, order: Order, args: dict[str, Any]
+    conn: AsyncConnection,
+    where: list[str],
+    values: list[str],
+    cursor: str | None,
+    order_by: str,
+    args: dict[str, Any],
 ) -> Walked:
     """Step 1: the project's first WALKED runs past the ``cursor`` condition in the list's
-    ``order``, which an index reads in that order; the other conditions are checked
-    on those. A fixed number of runs whatever they are: walking until 5,000 runs
-    passed an agent's condition, in order of cost, read 115,000 runs (0.3 s). First
-    the page, read until it is whole (most lists stop within a few hundred runs);
-    then, if it was not, one statement of the runs walked and what each condition
-    says of them."""
-    values = _values(where, args)
+    order ``order_by``, which an index reads in that order; the other conditions are
+    checked on those. A fixed number of runs whatever they are: walking until 5,000
+    runs passed an agent's condition, in order of cost, read 115,000 runs (0.3 s).
+    First the page, read until it is whole (most lists stop within a few hundred
+    runs); then, if it was not, how many of the runs walked each value passes."""
     rest = [c for c in where if c not in (PROJECT, cursor) and not _contains(c)] or ["true"]
     walked_where = " AND ".join([PROJECT] + ([cursor] if cursor else []))
     walked_runs = (
-        f"(SELECT * FROM agent_runs WHERE {walked_where} ORDER BY {order.order_by} "
+        f"(SELECT * FROM agent_runs WHERE {walked_where} ORDER BY {order_by} "
         f"LIMIT {WALKED}) AS agent_runs"
     )
     kept = " AND ".join(rest)
     found = await conn.execute(
         f"SELECT id FROM {walked_runs} WHERE {kept} AND {' AND '.join(values)} "
-        f"ORDER BY {order.order_by} LIMIT %(limit)s",
+        f"ORDER BY {order_by} LIMIT %(limit)s",
         args,
     )
     passing = [run_id for (run_id,) in await found.fetchall()]
     if len(passing) == args["limit"]:
         return Walked(passing, False, True, [])
     # (each value only for the runs kept: a metadata condition costs a function call)
-    judged = ", ".join(f"(kept AND {value}) AS v{n}" for n, value in enumerate(values))
-    passes = " AND ".join(f"v{n}" for n in range(len(values)))
-    counts = ", ".join(f"count(*) FILTER (WHERE v{n})" for n in range(len(values)))
+    counts = ", ".join(f"count(*) FILTER (WHERE kept AND {value})" for value in values)
     found = await conn.execute(
-        f"""
-WITH walked AS MATERIALIZED (
-    SELECT id, started_at, sort_value, kept, {judged} FROM (
-        SELECT id, started_at, {order.sort_value} AS sort_value, tags, metadata,
-               ({kept}) AS kept
-        FROM {walked_runs} OFFSET 0) AS checked
-)
-SELECT count(*), count(*) FILTER (WHERE kept), {counts}, (
-    SELECT coalesce(array_agg(id), '{{}}') FROM (
-        SELECT id FROM walked WHERE kept AND {passes} ORDER BY {order.order_by_value}
-        LIMIT %(limit)s
-    ) AS page)
-FROM walked""",
+        f"SELECT count(*), count(*) FILTER (WHERE kept), {counts} FROM ("
+        f"SELECT tags, metadata, ({kept}) AS kept FROM {walked_runs} OFFSET 0) AS checked",
         args,
     )
-    walked, kept_runs, *passed, passing = await found.fetchone()
+    walked, kept_runs, *passed = await found.fetchone()
     rare = [value for value, count in zip(values, passed, strict=True) if count < RARE * kept_runs]
     return Walked(passing, walked < WALKED, len(passing) >= PLANNER_FROM, rare)
 
 
 async def runs_passing(
-    conn: AsyncConnection, where: list[str], args: dict[str, Any], rare: list[str]
+    conn: AsyncConnection,
+    where: list[str],
+    values: list[str],
+    args: dict[str, Any],
+    rare: list[str],
 ) -> list[uuid.UUID] | None:
     """Step 2: the ids of the runs that pass ``where``, from the GIN indexes of the
-    ``rare`` values (of every value if none is), the others checked run by run
-    behind a fence the planner does not look through; None if more than LISTED."""
-    values = _values(where, args)
+    ``rare`` ones of its ``values`` (of every value if none is), the others checked
+    run by run behind a fence the planner does not look through; None if more than
+    LISTED."""
     indexed = rare or values
     checked = [value for value in values if value not in indexed]
     others = [condition for condition in where if not _contains(condition)]

@@ -286,13 +286,8 @@ async def list_runs(request: web.Request) -> web.Response:
     ):
         rows = None
         if correlated:  # tags or metadata among other conditions (run_containment.py)
-            walk = (
-                run_containment.Order(
-                    order.order_by(), order.expression, order.order_by("sort_value")
-                )
-                if order.sort in INDEXED_SORTS  # a walk in the list's order is cheap
-                else None
-            )
+            # (a walk in the list's order is cheap where an index reads runs in it)
+            walk = order.order_by() if order.sort in INDEXED_SORTS else None
             passing = await run_containment.passing_runs(conn, where, after, walk, args)
             if passing == []:
                 rows = []

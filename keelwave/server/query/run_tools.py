@@ -23,7 +23,8 @@ SELECT DISTINCT run_id FROM agent_steps
 WHERE project_id = %(project)s AND tool_name = %(tool)s
 LIMIT %(limit)s
 """
-_ANY_STEP = (
+# (run_containment.py tells this condition by it)
+ANY_STEP = (
     "EXISTS (SELECT 1 FROM agent_steps s WHERE s.project_id = agent_runs.project_id "
     "AND s.tool_name = %(tool)s AND s.run_id = agent_runs.id)"
 )
@@ -42,6 +43,6 @@ def condition(tool: str, runs: list[uuid.UUID] | None, args: dict[str, Any]) -> 
     """The WHERE condition for ``tool``, given :func:`runs_calling`'s answer ``runs``."""
     args["tool"] = tool
     if runs is None:
-        return _ANY_STEP
+        return ANY_STEP
     args["tool_runs"] = runs
     return "id = ANY(%(tool_runs)s)"

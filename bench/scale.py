@@ -90,6 +90,7 @@ from scale_data import (  # noqa: E402
     TOOL_ROLLUPS,
     TOOLS,
     TRACE_COLUMNS,
+    WEEKLY_ROLLUPS,
     agent_names,
     load_templates,
     long_run_number,
@@ -338,6 +339,10 @@ def build(
         phases.run("tool rollups", tool_rollup_slices, url, project, base, days)
         phases.run(
             "daily histograms", lambda: [conn.execute(sql, of_project) for sql in DAILY_ROLLUPS]
+        )
+        phases.run(
+            "weekly histograms",
+            lambda: [conn.execute(sql, of_project) for sql in WEEKLY_ROLLUPS],
         )
         phases.run("vacuum analyze", conn.execute, "VACUUM ANALYZE")
         long_run = conn.execute(

@@ -643,6 +643,7 @@ PROJECT_DURATION_ROLLUPS = recount.PROJECT_DURATION_ROLLUPS
 TOOL_ROLLUPS = recount.TOOL_ROLLUPS
 TOOL_ROLLUP_SETTINGS = recount.PLANNER
 DAILY_ROLLUPS = recount.DAILY_ROLLUPS
+WEEKLY_ROLLUPS = recount.WEEKLY_ROLLUPS
 ROLLUP_TABLES = {  # table -> its key columns (without project_id)
     "agent_run_rollups": ("bucket", "agent_name"),
     "agent_duration_rollups": ("bucket", "agent_name", "duration_bin"),
@@ -652,5 +653,7 @@ ROLLUP_TABLES = {  # table -> its key columns (without project_id)
     "project_duration_rollups": ("bucket", "duration_bin"),
     "project_duration_rollups_daily": ("day", "duration_bin"),
     "agent_tool_rollups_daily": ("day", "tool_name", "duration_bin"),
+    "agent_duration_rollups_weekly": ("week", "agent_name", "duration_bin"),
+    "agent_tool_rollups_weekly": ("week", "tool_name", "duration_bin"),
 }
 LOADED_TABLES = ("agent_steps", "ai_traces", "agent_runs")

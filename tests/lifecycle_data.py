@@ -201,6 +201,12 @@ _ROLLUPS = {
     _summed("project_duration_rollups_daily", "day, duration_bin", ("runs",)): (
         "project_duration_rollups_daily", "day, duration_bin",
     ),
+    "agent_duration_rollups_weekly": (
+        "agent_duration_rollups_weekly", "agent_name, week, duration_bin",
+    ),
+    _summed("agent_tool_rollups_weekly", "tool_name, week, duration_bin", tool_rollups.COUNTERS): (
+        "agent_tool_rollups_weekly", "tool_name, week, duration_bin",
+    ),
 }  # fmt: skip
 
 
@@ -212,7 +218,11 @@ def rollups(db_url: str, project_id: str, since: datetime | None = None) -> dict
     found = {}
     since = since or datetime(1970, 1, 1, tzinfo=UTC)
     for table, (name, keys) in _ROLLUPS.items():
-        start = "day >= date_trunc('day', %s, 'UTC')" if "_daily" in name else "bucket >= %s"
+        start = "bucket >= %s"
+        if name.endswith("_daily"):
+            start = "day >= date_trunc('day', %s, 'UTC')"
+        elif name.endswith("_weekly"):
+            start = "week >= date_trunc('week', %s, 'UTC')"
         rows = query(
             db_url,
             f"SELECT to_jsonb(t) - 'project_id' FROM {table} t WHERE project_id = %s "

@@ -38,6 +38,7 @@ DISTRIBUTED = {
     "agent_tool_rollups", "otlp_spans", "otlp_runs", "kw_run_locks",
     "agent_duration_rollups_daily", "agent_tool_rollups_daily", "agent_run_rollups_daily",
     "project_duration_rollups", "project_duration_rollups_daily",
+    "agent_duration_rollups_weekly", "agent_tool_rollups_weekly",
 }  # fmt: skip
 REFERENCE = {"projects", "api_keys", "alert_rules", "alert_events", "retention_sweeps"}
 

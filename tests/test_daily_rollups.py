@@ -1,9 +1,11 @@
-"""Daily rollups: summary, health, terminations, daily time series, cost by agent and
-tools read whole UTC days from the daily copies of the run counters and the duration
-and tool histograms, and answer exactly as the hourly rows alone do, for windows of
-half a day to four days with edges on, before and after midnight; after late steps
-into runs of earlier days, re-finishes, the reaper, deletion and retention. The daily
-rows are always the sum of their day's hourly rows."""
+"""Daily and weekly rollups: summary, health, terminations, daily time series, cost by
+agent and tools read whole UTC days from the daily copies of the run counters and the
+duration and tool histograms, and whole UTC weeks from the weekly copies of the
+histograms, and answer exactly as the hourly rows alone do, for windows of half a day
+to four days, and of six days to two weeks and a half, with edges on, before and after
+midnight (and Monday's); after late steps into runs of earlier days, re-finishes, the
+reaper, deletion and retention. The daily rows are always the sum of their day's hourly
+rows, and the weekly ones the sum of their week's daily rows."""
 
 from __future__ import annotations
 
@@ -50,11 +52,20 @@ async def api(db_url: str, aiohttp_server, monkeypatch):
         yield Api(str(server.make_url("")).rstrip("/"), session)
 
 
-def runs_over_days() -> list[Run]:
-    """Runs of two agents every 47 minutes over four days and a bit, so some start
-    just before and just after each midnight; every fifth one left running."""
+# Runs of every 47 minutes over four days, windows of half a day to four days; or runs
+# of every 5 hours over 17 days (two weeks and more: weekly rows), windows of six days
+# to two weeks and a half. (name: days of runs, minutes between runs, window spans)
+SPANS = {
+    "days": (4, 47, (DAY / 2, DAY, 1.5 * DAY, 2 * DAY, 3 * DAY, 4 * DAY)),
+    "weeks": (17, 300, (6 * DAY, 7 * DAY, 8.5 * DAY, 14 * DAY, 16 * DAY + timedelta(hours=5))),
+}
+
+
+def runs_over(days: int, minutes: int) -> list[Run]:
+    """Runs of two agents every ``minutes`` over ``days`` days and a bit, so some start
+    just before and just after midnights; every fifth one left running."""
     runs = []
-    started = NOW - 4 * DAY - timedelta(hours=3)
+    started = NOW - days * DAY - timedelta(hours=3)
     n = 0
     while started < NOW - timedelta(minutes=2):
         runs.append(
@@ -67,7 +78,7 @@ def runs_over_days() -> list[Run]:
                 looping=n % 7 == 0,
             )
         )
-        started += timedelta(minutes=47, seconds=n % 13)
+        started += timedelta(minutes=minutes, seconds=n % 13)
         n += 1
     # Two runs a second either side of a midnight.
     for offset in (-1, 0):
@@ -75,18 +86,18 @@ def runs_over_days() -> list[Run]:
     return runs
 
 
-def windows() -> list[tuple[datetime, datetime]]:
-    """Windows of 0.5 to 4 days, starting on a midnight, half an hour before one, an
-    hour after one and at an odd minute."""
+def windows(days: int, spans: tuple[timedelta, ...]) -> list[tuple[datetime, datetime]]:
+    """Windows of each span, starting on a midnight, half an hour before one, an hour
+    after one and at an odd minute."""
     found = []
-    for span in (DAY / 2, DAY, 1.5 * DAY, 2 * DAY, 3 * DAY, 4 * DAY):
+    for span in spans:
         for offset in (
             timedelta(0),
             -timedelta(minutes=30),
             timedelta(hours=1),
             timedelta(hours=13, minutes=17, seconds=31),
         ):
-            since = MIDNIGHT - 4 * DAY + offset
+            since = MIDNIGHT - days * DAY + offset
             while since + span <= NOW + timedelta(hours=1):
                 found.append((since, since + span))
                 since += 1.5 * DAY
@@ -94,25 +105,28 @@ def windows() -> list[tuple[datetime, datetime]]:
 
 
 def hourly_only(hours_from: datetime, hours_to: datetime, name: str, days: bool = True) -> dict:
-    """daily_rollups.hour_ranges as if there were no daily rows to read: every hour
-    from the hourly table, as before the daily copies."""
+    """daily_rollups.hour_ranges as if there were no daily or weekly rows to read: every
+    hour from the hourly table, as before the daily copies."""
     return {
         f"{name}_from": hours_from,
         f"{name}_to": hours_to,
-        f"{name}_days_from": hours_to,
-        f"{name}_days_to": hours_to,
+        **{
+            f"{name}_{part}": hours_to
+            for part in ("days_from", "days_to", "weeks_from", "weeks_to")
+        },  # noqa: E501
     }
 
 
-async def answers(api: Api, project, monkeypatch) -> tuple[dict, dict]:
-    """The aggregates for every window, read with the daily rows and without."""
+async def answers(api: Api, project, monkeypatch, spans: str) -> tuple[dict, dict]:
+    """The aggregates for every window, read with the daily and weekly rows and without."""
     new, old = {}, {}
-    for since, until in windows():
+    days, _, lengths = SPANS[spans]
+    for since, until in windows(days, lengths):
         found = await aggregates(api, project, since, until)
         new[since, until] = {path: found[path] for path in DAILY_PATHS}
     with monkeypatch.context() as patch:
         patch.setattr(daily_rollups, "hour_ranges", hourly_only)
-        for since, until in windows():
+        for since, until in windows(days, lengths):
             found = await aggregates(api, project, since, until)
             old[since, until] = {path: found[path] for path in DAILY_PATHS}
     return new, old
@@ -143,6 +157,38 @@ def days_off_their_hours(db_url: str, project_id: str) -> list[tuple]:
             (project_id,) * 2,
         )
     return found
+
+
+def weeks_off_their_days(db_url: str, project_id: str) -> list[tuple]:
+    """Weekly rows that differ from the sum of their week's daily rows."""
+    found = []
+    for table in daily_rollups.ROLLUPS:
+        if not table.weekly:
+            continue
+        keys = ", ".join(table.keys)
+        sums = ", ".join(f"sum({c})::bigint" for c in table.counters)
+        found += query(
+            db_url,
+            f"""
+            WITH days AS (
+                SELECT date_trunc('week', day, 'UTC') AS week, {keys}, {sums}
+                FROM {table.daily} WHERE project_id = %(p)s GROUP BY 1, {keys}
+                HAVING sum({table.counts_something}) <> 0
+            ), weeks AS (
+                SELECT week, {keys}, {sums} FROM {table.weekly}
+                WHERE project_id = %(p)s GROUP BY 1, {keys}
+                HAVING sum({table.counts_something}) <> 0
+            )
+            SELECT '{table.weekly}', * FROM ((TABLE days EXCEPT ALL TABLE weeks)
+                UNION ALL (TABLE weeks EXCEPT ALL TABLE days)) AS differ
+            """.replace("%(p)s", "%s"),
+            (project_id,) * 2,
+        )
+    return found
+
+
+def twins_off(db_url: str, project_id: str) -> list[tuple]:
+    return days_off_their_hours(db_url, project_id) + weeks_off_their_days(db_url, project_id)
 
 
 async def finished_by_reaper(db_url: str, project_id: str) -> None:
@@ -178,45 +224,57 @@ async def refinish(api: Api, project, run: Run, seconds: float) -> None:
     assert status == 200, body
 
 
-async def test_daily_rollups_answer_as_the_hourly_ones(api: Api, db_url: str, monkeypatch):
+@pytest.mark.parametrize(("spans", "retention_days"), [("days", 2), ("weeks", 9)])
+async def test_daily_rollups_answer_as_the_hourly_ones(
+    api: Api, db_url: str, monkeypatch, spans: str, retention_days: int
+):
     project = make_project(db_url)
-    runs = runs_over_days()
+    days, minutes, _ = SPANS[spans]
+    runs = runs_over(days, minutes)
     await send(api, project, runs)
     finished = [run for run in runs if run.reason and run.steps]
-    await late_steps(api, project, finished[1])  # four days ago
+    await late_steps(api, project, finished[1])  # days ago
     await late_steps(api, project, finished[len(finished) // 2])
     await refinish(api, project, finished[2], seconds=4321.5)
     await refinish(api, project, finished[-3], seconds=0.25)
     await finished_by_reaper(db_url, project.id)
     # Every run has ended by now (the reaper timed the rest out): each day a run started
-    # on has its row (five or six days, by the time of day the test runs at).
-    days = {daily_rollups.floor_day(run.started) for run in runs}
+    # on has its row, and each week.
+    started = {daily_rollups.floor_day(run.started) for run in runs}
     assert query(
         db_url,
         "SELECT count(DISTINCT day) FROM agent_duration_rollups_daily WHERE project_id = %s",
         (project.id,),
-    ) == [(len(days),)]
-    assert days_off_their_hours(db_url, project.id) == []
-    new, old = await answers(api, project, monkeypatch)
+    ) == [(len(started),)]
+    assert query(
+        db_url,
+        "SELECT count(DISTINCT week) FROM agent_duration_rollups_weekly WHERE project_id = %s",
+        (project.id,),
+    ) == [(len({daily_rollups.floor_week(day) for day in started}),)]
+    assert twins_off(db_url, project.id) == []
+    new, old = await answers(api, project, monkeypatch, spans)
     assert new == old
-    some = new[MIDNIGHT - 4 * DAY, MIDNIGHT - 2 * DAY]
+    some = new[next(iter(new))]
     assert some["/summary"]["data"]["current"]["p95_duration_ms"] is not None
     assert some["/tools"]["data"], "the tools answer is not empty"
 
-    # Deletion takes the runs out of the days too.
+    # Deletion takes the runs out of the days (and weeks) too.
     for run in (finished[3], runs[-1]):
         status, body, _ = await api.request(
             "DELETE", f"/v1/projects/{project.id}/agent/runs/{run.id}", headers=project.auth()
         )
         assert status == 200, body
-    assert days_off_their_hours(db_url, project.id) == []
-    new, old = await answers(api, project, monkeypatch)
+    assert twins_off(db_url, project.id) == []
+    new, old = await answers(api, project, monkeypatch, spans)
     assert new == old
 
-    # Retention of two days: the cutoff falls inside a day, whose daily rows keep
-    # only what its kept hours count.
+    # Retention: the cutoff falls inside a day (and, over weeks, inside a week), whose
+    # daily (weekly) rows keep only what its kept hours (days) count.
     status, body, _ = await api.request(
-        "PATCH", f"/v1/projects/{project.id}", json={"retention_days": 2}, headers=project.auth()
+        "PATCH",
+        f"/v1/projects/{project.id}",
+        json={"retention_days": retention_days},
+        headers=project.auth(),
     )
     assert status == 200, body
     async with AsyncConnectionPool(db_url, kwargs={"autocommit": True}, open=False) as pool:
@@ -226,14 +284,20 @@ async def test_daily_rollups_answer_as_the_hourly_ones(api: Api, db_url: str, mo
     [tally] = [p for p in summary["projects"] if p["project"] == project.name]
     cutoff_day = daily_rollups.floor_day(tally["cutoff"])
     assert tally["rollup_rows"] > 0
-    assert days_off_their_hours(db_url, project.id) == []
+    assert twins_off(db_url, project.id) == []
     for table in daily_rollups.ROLLUPS:
         assert query(
             db_url,
             f"SELECT count(*) FROM {table.daily} WHERE project_id = %s AND day < %s",
             (project.id, cutoff_day),
         ) == [(0,)]
-    new, old = await answers(api, project, monkeypatch)
+        if table.weekly:
+            assert query(
+                db_url,
+                f"SELECT count(*) FROM {table.weekly} WHERE project_id = %s AND week < %s",
+                (project.id, daily_rollups.floor_week(cutoff_day)),
+            ) == [(0,)]
+    new, old = await answers(api, project, monkeypatch, spans)
     assert new == old
 
 
@@ -251,10 +315,27 @@ def test_hour_ranges_split_whole_days_from_the_edge_hours() -> None:
     assert ranges["x_days_from"] == ranges["x_days_to"] == day
 
 
+def test_hour_ranges_split_whole_weeks_from_the_edge_days() -> None:
+    monday = datetime(2026, 3, 9, tzinfo=UTC)
+    hour = timedelta(hours=1)
+    ranges = daily_rollups.hour_ranges(monday - 2 * DAY - hour, monday + 15 * DAY + hour, "x")
+    assert (ranges["x_days_from"], ranges["x_days_to"]) == (monday - 2 * DAY, monday + 15 * DAY)
+    assert (ranges["x_weeks_from"], ranges["x_weeks_to"]) == (monday, monday + 14 * DAY)
+    ranges = daily_rollups.hour_ranges(monday, monday + 7 * DAY, "x")
+    assert (ranges["x_weeks_from"], ranges["x_weeks_to"]) == (monday, monday + 7 * DAY)
+    # Seven whole days that are no whole week: all from the daily rows.
+    ranges = daily_rollups.hour_ranges(monday + DAY, monday + 8 * DAY, "x")
+    assert ranges["x_weeks_from"] == ranges["x_weeks_to"] == monday + 8 * DAY
+    # Time series by the hour read no days, hence no weeks.
+    ranges = daily_rollups.hour_ranges(monday, monday + 14 * DAY, "x", days=False)
+    assert ranges["x_weeks_from"] == ranges["x_weeks_to"] == monday + 14 * DAY
+
+
 def test_the_migration_fills_the_days_from_the_hours(fresh_db_url: str) -> None:
     """A database with history gets daily rows that are its hourly rows summed by day
     (the histograms' from 0014, the run counters' from 0023, the project's durations
-    from 0024)."""
+    from 0024), and weekly rows of the histograms that are the days summed by week
+    (0027)."""
     migrate.upgrade(fresh_db_url, "0013")
     with psycopg.connect(fresh_db_url) as conn:
         conn.execute("INSERT INTO projects (id, name) VALUES (gen_random_uuid(), 'old')")
@@ -293,7 +374,18 @@ def test_the_migration_fills_the_days_from_the_hours(fresh_db_url: str) -> None:
             "SELECT day, agent_name, shard, runs, steps, cost_usd, finished_runs "
             "FROM agent_run_rollups_daily ORDER BY 1"
         ).fetchall()
+        weekly_durations = conn.execute(
+            "SELECT week, agent_name, duration_bin, runs FROM agent_duration_rollups_weekly "
+            "ORDER BY 3"
+        ).fetchall()
+        weekly_tools = conn.execute(
+            "SELECT week, duration_bin, calls, runs, repeated_calls, error_calls "
+            "FROM agent_tool_rollups_weekly ORDER BY 2"
+        ).fetchall()
     first, second = datetime(2026, 1, 1, tzinfo=UTC), datetime(2026, 1, 2, tzinfo=UTC)
+    week = datetime(2025, 12, 29, tzinfo=UTC)  # the Monday before
+    assert weekly_durations == [(week, "a", 40, 5), (week, "a", 41, 1)]
+    assert weekly_tools == [(week, 40, 10, 2, 0, 2), (week, 41, 2, 1, 0, 1)]
     assert durations == [(first, "a", 40, 5), (second, "a", 41, 1)]
     assert tools == [(first, 40, 10, 2, 0, 2), (second, 41, 2, 1, 0, 1)]
     assert runs == [(first, "a", 0, 5, 20, 0.5, 0), (second, "a", 0, 1, 10, 0.25, 0)]
@@ -302,6 +394,8 @@ def test_the_migration_fills_the_days_from_the_hours(fresh_db_url: str) -> None:
     with psycopg.connect(fresh_db_url) as conn:
         assert conn.execute("SELECT to_regclass('agent_tool_rollups_daily')").fetchone() == (None,)
         assert conn.execute("SELECT to_regclass('agent_run_rollups_daily')").fetchone() == (None,)
+        for table in ("agent_duration_rollups_weekly", "agent_tool_rollups_weekly"):
+            assert conn.execute("SELECT to_regclass(%s)", (table,)).fetchone() == (None,)
 
 
 async def test_tools_over_a_week_count_a_busy_edge_hour_whole(

@@ -99,7 +99,8 @@ async def test_a_recount_changes_nothing_ingest_counted_and_restores_what_was_lo
     # Lost: every rollup row of the project, and every run's counters.
     with psycopg.connect(db_url, autocommit=True) as conn:
         for table in ("agent_run_rollups", "agent_duration_rollups", "agent_tool_rollups",
-                      "agent_duration_rollups_daily", "agent_tool_rollups_daily"):  # fmt: skip
+                      "agent_duration_rollups_daily", "agent_tool_rollups_daily",
+                      "agent_duration_rollups_weekly", "agent_tool_rollups_weekly"):  # fmt: skip
             conn.execute(f"DELETE FROM {table} WHERE project_id = %s", (project.id,))
         conn.execute(
             "UPDATE agent_runs SET step_count = 0, llm_calls = 0, input_tokens = 0, "

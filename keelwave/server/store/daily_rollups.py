@@ -14,6 +14,14 @@ day's row (:func:`retire_hours`). Readers take whole UTC days from the daily
 table and the hours of the window's first and last day from the hourly one
 (:func:`hour_ranges`, :func:`read_rows`), so every answer is what the hourly
 rows alone give, from about 24 times fewer rows.
+
+The histograms go one level further: with 150 agents (or 400 tools) a day holds
+about 100 bins each, so a month of daily rows is still 450,000 (a million) rows,
+and summing them was most of what health (tools) cost. The weekly twin,
+``…_weekly``, keyed by the UTC week (Monday 00:00), holds the sum of its week's
+daily rows, kept by the same statements as the daily one; a week holds hardly
+more bins than a day, so the whole weeks of a month are read from about a fifth
+of the rows. The run counters, a row an agent a day, need no weekly level.
 """
 
 from __future__ import annotations
@@ -25,7 +33,9 @@ from keelwave.server.store import run_rollups, tool_rollups
 from keelwave.server.store.rollup_shards import SHARD, delete_emptied
 
 DAY = timedelta(days=1)
+WEEK = timedelta(days=7)
 _DAY_OF = "date_trunc('day', {}, 'UTC')"
+_WEEK_OF = "date_trunc('week', {}, 'UTC')"  # (PostgreSQL's weeks start on Monday)
 
 
 class Rollup(NamedTuple):
@@ -37,7 +47,8 @@ class Rollup(NamedTuple):
     keys: tuple[str, ...]  # besides project_id and the time column
     counters: tuple[str, ...]
     counts_something: str  # the counter that is 0 exactly when the row counts nothing
-    sharded: bool = False  # both tables' keys end with a shard (rollup_shards.py)
+    sharded: bool = False  # its tables' keys end with a shard (rollup_shards.py)
+    weekly: str | None = None  # its weekly twin (module docstring), for the histograms
 
 
 RUNS = Rollup(
@@ -47,6 +58,7 @@ RUNS = Rollup(
 DURATIONS = Rollup(
     "agent_duration_rollups", "agent_duration_rollups_daily", "kw_stage_durations",
     ("agent_name", "duration_bin"), ("runs",), "runs",
+    weekly="agent_duration_rollups_weekly",
 )  # fmt: skip
 # The project's run durations whatever the agent, for the summary's percentiles: the
 # agents' histograms of a month are 450,000 rows with 150 agents (migration 0024).
@@ -57,6 +69,7 @@ PROJECT_DURATIONS = Rollup(
 TOOLS = Rollup(
     "agent_tool_rollups", "agent_tool_rollups_daily", "kw_stage_tools",
     ("tool_name", "duration_bin"), tool_rollups.COUNTERS, "calls", sharded=True,
+    weekly="agent_tool_rollups_weekly",
 )  # fmt: skip
 # In the order statements.py's rule 3 fixes.
 ROLLUPS = (RUNS, DURATIONS, PROJECT_DURATIONS, TOOLS)
@@ -75,23 +88,40 @@ def _with_shard(table: Rollup, keys: tuple[str, ...]) -> tuple[str, ...]:
     return (*keys, "shard") if table.sharded else keys
 
 
+def weekly_keys(table: Rollup) -> tuple[str, ...]:
+    return ("project_id", "week", *table.keys)
+
+
 def add_to_days(table: Rollup, rows: str, sign: str = "", shard: str = SHARD) -> str:
     """INSERT … ON CONFLICT adding ``sign`` times the hourly-keyed ``rows`` (a FROM item
     with project_id, bucket, the keys and counters) to their days, in key order (to
     the ``shard`` of each, this backend's unless told, in a sharded table); ``{where}``
     is left for the caller to fill."""
+    return _add_to(table, table.daily, daily_keys(table), _DAY_OF, rows, sign, shard)
+
+
+def add_to_weeks(table: Rollup, rows: str, sign: str = "", shard: str = SHARD) -> str:
+    """:func:`add_to_days`, to the rows' weeks in the weekly twin."""
+    assert table.weekly, f"{table.hourly} has no weekly twin"
+    return _add_to(table, table.weekly, weekly_keys(table), _WEEK_OF, rows, sign, shard)
+
+
+def _add_to(
+    table: Rollup, target: str, keys: tuple[str, ...], period_of: str, rows: str, sign: str,
+    shard: str,
+) -> str:  # fmt: skip
     counters = table.counters
-    positions = _cols(tuple(str(n + 1) for n in range(len(daily_keys(table)))))
+    positions = _cols(tuple(str(n + 1) for n in range(len(keys))))
     shard = f"{shard}, " if table.sharded else ""
     return f"""
-INSERT INTO {table.daily} AS r ({_cols(_with_shard(table, daily_keys(table)))}, {_cols(counters)})
-SELECT project_id, {_DAY_OF.format("bucket")}, {_cols(table.keys)}, {shard}
+INSERT INTO {target} AS r ({_cols(_with_shard(table, keys))}, {_cols(counters)})
+SELECT project_id, {period_of.format("bucket")}, {_cols(table.keys)}, {shard}
        {", ".join(f"{sign}sum({c})" for c in counters)}
 FROM {rows} AS rows
 {{where}}
 GROUP BY {positions}
 ORDER BY {positions}
-ON CONFLICT ({_cols(_with_shard(table, daily_keys(table)))}) DO UPDATE SET
+ON CONFLICT ({_cols(_with_shard(table, keys))}) DO UPDATE SET
 {", ".join(f"{c} = r.{c} + excluded.{c}" for c in counters)}
 """
 
@@ -116,19 +146,21 @@ ON CONFLICT ({_cols(_with_shard(table, keys))}) DO UPDATE SET
 
 def merge(*tables: Rollup) -> str:
     """One statement adding each table's staged rows (``table.stage``) to its hourly rows
-    and then to their days, table after table.
+    and then to their days (and weeks), table after table.
 
     One statement, so the writer's prepared statements and every caller of
     statements.MERGE_ROLLUPS keep the daily rows without a change of their own.
     Each upsert but the last is a CTE that the next one's one-time filter counts out
     before it reads a row, so a transaction locks the tables' rows in the order
     given, each in key order: statements.py's rule 3, with each daily table
-    straight after its hourly one.
+    straight after its hourly one, and its weekly table after that.
     """
     upserts: list[str] = []
     for table in tables:
         upserts.append(add_to_hours(table, _after(len(upserts))))
         upserts.append(add_to_days(table, table.stage).format(where=_after(len(upserts))))
+        if table.weekly:
+            upserts.append(add_to_weeks(table, table.stage).format(where=_after(len(upserts))))
     *first, last = upserts
     done = ",\n".join(f"u{n} AS ({sql.strip()}\nRETURNING 1)" for n, sql in enumerate(first))
     return f"WITH {done}{last}"
@@ -140,27 +172,39 @@ def _after(upserts: int) -> str:
 
 
 def drop_emptied(table: Rollup) -> str:
-    """Delete the daily rows whose days ``table.stage`` staged changes for and that now
-    count nothing (erasure does this for the hourly rows too: a tool name is data)."""
+    """Delete the daily (and weekly) rows whose days ``table.stage`` staged changes for
+    and that now count nothing (erasure does this for the hourly rows too: a tool
+    name is data)."""
+    statements = [_drop_emptied(table, table.daily, daily_keys(table), _DAY_OF)]
+    if table.weekly:
+        statements.append(_drop_emptied(table, table.weekly, weekly_keys(table), _WEEK_OF))
+    return ";\n".join(statements)
+
+
+def _drop_emptied(table: Rollup, target: str, keys: tuple[str, ...], period_of: str) -> str:
     staged = (
-        f"SELECT DISTINCT project_id, {_DAY_OF.format('bucket')} AS day, {_cols(table.keys)} "
-        f"FROM {table.stage}"
+        f"SELECT DISTINCT project_id, {period_of.format('bucket')} AS {keys[1]}, "
+        f"{_cols(table.keys)} FROM {table.stage}"
     )
-    return delete_emptied(
-        table.daily, daily_keys(table), staged, table.counts_something, table.sharded
-    )
+    return delete_emptied(target, keys, staged, table.counts_something, table.sharded)
 
 
 def retire_hours(table: Rollup) -> str:
     """Retention: delete up to %(limit)s hourly rows of the project from %(day)s (the
     cutoff's day) to %(before)s (the cutoff's hour), taking them out of that day's
-    daily rows; SELECTs how many went.
+    daily rows (and its week's); SELECTs how many went.
 
-    The daily upsert is a CTE the main query does not read, which PostgreSQL runs
-    after the main query, so the hourly rows are locked first (rule 3).
+    The upserts are CTEs the main query does not read, which PostgreSQL runs after
+    the main query, so the hourly rows are locked first (rule 3); the weekly one
+    waits for the daily one.
     """
     keys = _cols(_with_shard(table, ("project_id", "bucket", *table.keys)))
     subtract = add_to_days(table, "gone", sign="-").format(where="")
+    weeks = ""
+    if table.weekly:
+        weeks_too = add_to_weeks(table, "gone", sign="-")
+        subtract += "RETURNING 1"
+        weeks = f", weeks AS ({weeks_too.format(where='WHERE (SELECT count(*) FROM days) >= 0')})"
     return f"""
 WITH gone AS (
     DELETE FROM {table.hourly} WHERE ({keys}) IN (
@@ -168,20 +212,54 @@ WITH gone AS (
         WHERE project_id = %(project)s AND bucket >= %(day)s AND bucket < %(before)s
         ORDER BY {keys} LIMIT %(limit)s)
     RETURNING *
-), subtracted AS ({subtract})
+), days AS ({subtract}){weeks}
 SELECT count(*) FROM gone
 """
 
 
-def drop_emptied_day(table: Rollup) -> str:
-    """Retention: delete the daily rows of %(day)s that count nothing after retire_hours."""
+def drop_emptied_day(table: Rollup) -> tuple[str, ...]:
+    """Retention: delete the daily rows of %(day)s, and the weekly ones of its week, that
+    count nothing after retire_hours and retire_days (a statement each)."""
     staged = (
         f"SELECT DISTINCT {_cols(daily_keys(table))} FROM {table.daily} "
         "WHERE project_id = %(project)s AND day = %(day)s"
     )
-    return delete_emptied(
-        table.daily, daily_keys(table), staged, table.counts_something, table.sharded
-    )
+    statements = [
+        delete_emptied(
+            table.daily, daily_keys(table), staged, table.counts_something, table.sharded
+        )
+    ]
+    if table.weekly:
+        staged = (
+            f"SELECT DISTINCT {_cols(weekly_keys(table))} FROM {table.weekly} "
+            f"WHERE project_id = %(project)s AND week = {_WEEK_OF.format('%(day)s::timestamptz')}"
+        )
+        statements.append(
+            delete_emptied(
+                table.weekly, weekly_keys(table), staged, table.counts_something, table.sharded
+            )
+        )
+    return tuple(statements)
+
+
+def retire_days(table: Rollup) -> str:
+    """Retention, for a table with a weekly twin: delete up to %(limit)s daily rows of
+    the project from the cutoff's week to %(day)s (the cutoff's day), taking them out
+    of that week's rows, as retire_hours does with hours; SELECTs how many went."""
+    keys = _cols(_with_shard(table, daily_keys(table)))
+    rows = "(SELECT *, day AS bucket FROM gone)"
+    subtract = add_to_weeks(table, rows, sign="-").format(where="")
+    return f"""
+WITH gone AS (
+    DELETE FROM {table.daily} WHERE ({keys}) IN (
+        SELECT {keys} FROM {table.daily}
+        WHERE project_id = %(project)s
+          AND day >= {_WEEK_OF.format("%(day)s::timestamptz")} AND day < %(day)s
+        ORDER BY {keys} LIMIT %(limit)s)
+    RETURNING *
+), weeks AS ({subtract})
+SELECT count(*) FROM gone
+"""
 
 
 def delete_days(table: Rollup) -> str:
@@ -194,9 +272,26 @@ DELETE FROM {table.daily} WHERE ({keys}) IN (
 """
 
 
+def delete_weeks(table: Rollup) -> str:
+    """Retention: up to %(limit)s weekly rows of the weeks wholly before %(day)s's week."""
+    keys = _cols(_with_shard(table, weekly_keys(table)))
+    return f"""
+DELETE FROM {table.weekly} WHERE ({keys}) IN (
+    SELECT {keys} FROM {table.weekly} WHERE project_id = %(project)s
+      AND week < {_WEEK_OF.format("%(day)s::timestamptz")}
+    ORDER BY {keys} LIMIT %(limit)s)
+"""
+
+
 def floor_day(moment: datetime) -> datetime:
     """The start of the UTC day ``moment`` falls in."""
     return moment.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+
+
+def floor_week(moment: datetime) -> datetime:
+    """The start of the UTC week (Monday) ``moment`` falls in."""
+    day = floor_day(moment)
+    return day - day.weekday() * DAY
 
 
 def hour_ranges(
@@ -206,34 +301,55 @@ def hour_ranges(
     [hours_from, hours_to) with: the whole UTC days inside from the daily table
     (``{name}_days_from``/``_days_to``, empty if there is no whole day, or if not
     ``days``: rows to be told apart by hour), the hours before and after them from
-    the hourly one."""
+    the hourly one; and the whole UTC weeks among those days (``{name}_weeks_from``
+    /``_weeks_to``, empty if none), which tables with a weekly twin read from it."""
     days_from = floor_day(hours_from)
     if days_from < hours_from:
         days_from += DAY
     days_to = floor_day(hours_to)
     if days_from >= days_to or not days:
         days_from = days_to = hours_to
+    weeks_from = floor_week(days_from)
+    if weeks_from < days_from:
+        weeks_from += WEEK
+    weeks_to = floor_week(days_to)
+    if weeks_from >= weeks_to:
+        weeks_from = weeks_to = days_to
     return {
         f"{name}_from": hours_from,
         f"{name}_to": hours_to,
         f"{name}_days_from": days_from,
         f"{name}_days_to": days_to,
+        f"{name}_weeks_from": weeks_from,
+        f"{name}_weeks_to": weeks_to,
     }
 
 
 def read_rows(table: Rollup, columns: str, name: str, where: str = "") -> str:
     """SELECT ``columns`` of the project's rows covering the hours of :func:`hour_ranges`
     ``name``: one arm per range, each a plain range scan of a primary key. ``{time}``
-    in ``columns`` is a row's hour, or its day; ``where`` is added to each arm's
-    WHERE (``AND …``)."""
+    in ``columns`` is a row's hour, or its day (rows told apart by time are never read
+    from a weekly twin); ``where`` is added to each arm's WHERE (``AND …``)."""
     project = f"project_id = %(project)s {where}"
     hourly, daily = columns.format(time="bucket"), columns.format(time="day")
+    if table.weekly and "{time}" not in columns:
+        days = f"""
+    SELECT {daily} FROM {table.daily}
+    WHERE {project} AND day >= %({name}_days_from)s AND day < %({name}_weeks_from)s
+    UNION ALL
+    SELECT {daily} FROM {table.weekly}
+    WHERE {project} AND week >= %({name}_weeks_from)s AND week < %({name}_weeks_to)s
+    UNION ALL
+    SELECT {daily} FROM {table.daily}
+    WHERE {project} AND day >= %({name}_weeks_to)s AND day < %({name}_days_to)s"""
+    else:
+        days = f"""
+    SELECT {daily} FROM {table.daily}
+    WHERE {project} AND day >= %({name}_days_from)s AND day < %({name}_days_to)s"""
     return f"""
     SELECT {hourly} FROM {table.hourly}
     WHERE {project} AND bucket >= %({name}_from)s AND bucket < %({name}_days_from)s
-    UNION ALL
-    SELECT {daily} FROM {table.daily}
-    WHERE {project} AND day >= %({name}_days_from)s AND day < %({name}_days_to)s
+    UNION ALL{days}
     UNION ALL
     SELECT {hourly} FROM {table.hourly}
     WHERE {project} AND bucket >= %({name}_days_to)s AND bucket < %({name}_to)s"""

@@ -13,7 +13,8 @@ from agent_runs, agent_steps and ai_traces again, the way ingest would have:
 - the project's rollup rows, deleted and rebuilt: runs by the hour they started
   (what each run row adds is :data:`RUN_SHARES`, the sum of what its start, steps,
   calls, finish and verdict added), finished runs' durations, finished runs' tool
-  calls (tool_rollups.py's own SQL), and the daily twins from the hourly rows.
+  calls (tool_rollups.py's own SQL), the daily twins from the hourly rows and the
+  weekly ones from the daily rows.
 
 A run whose step count changed is judged again by the servers' verdict keeper,
 which picks runs whose ``verdict_steps`` differs from their ``step_count``
@@ -48,9 +49,9 @@ from keelwave.server.store.statements import (
 # straight after its hourly one.
 LOCKED = (
     "agent_runs", "agent_run_rollups", "agent_run_rollups_daily", "agent_duration_rollups",
-    "agent_duration_rollups_daily", "project_duration_rollups", "project_duration_rollups_daily",
-    pending_tools.PENDING, "agent_tool_rollups",
-    "agent_tool_rollups_daily",
+    "agent_duration_rollups_daily", "agent_duration_rollups_weekly", "project_duration_rollups",
+    "project_duration_rollups_daily", pending_tools.PENDING, "agent_tool_rollups",
+    "agent_tool_rollups_daily", "agent_tool_rollups_weekly",
 )  # fmt: skip
 ROLLUP_TABLES = tuple(table for table in LOCKED[1:] if table != pending_tools.PENDING)
 
@@ -173,6 +174,19 @@ ORDER BY {", ".join(str(n) for n in range(2, len(table.keys) + 3))}
 """
     for table in daily_rollups.ROLLUPS
 )
+# …and the weekly twins their daily rows by UTC week (Monday).
+WEEKLY_ROLLUPS = tuple(
+    f"""
+INSERT INTO {table.weekly} (project_id, week, {", ".join(table.keys)}, {", ".join(table.counters)})
+SELECT project_id, date_trunc('week', day, 'UTC'), {", ".join(table.keys)},
+       {", ".join(f"sum({counter})" for counter in table.counters)}
+FROM {table.daily} WHERE project_id = %(project)s
+GROUP BY {", ".join(str(n) for n in range(1, len(table.keys) + 3))}
+ORDER BY {", ".join(str(n) for n in range(2, len(table.keys) + 3))}
+"""
+    for table in daily_rollups.ROLLUPS
+    if table.weekly
+)
 
 
 @dataclass(slots=True)
@@ -181,7 +195,7 @@ class Recounted:
 
     runs: int  # the project's runs
     runs_corrected: int  # runs whose counters (or duration) were not what their rows say
-    rollup_rows: int  # rollup rows rebuilt, hourly and daily
+    rollup_rows: int  # rollup rows rebuilt, hourly, daily and weekly
 
     def as_dict(self) -> dict[str, int]:
         return {
@@ -217,7 +231,7 @@ def recount(conn: psycopg.Connection, project_id: uuid.UUID | str) -> Recounted:
             cur.execute(TOOL_ROLLUPS, {**project, "lo": lo, "hi": lo + TOOL_SLICE})
             rows += cur.rowcount
             lo += TOOL_SLICE
-        for statement in DAILY_ROLLUPS:
+        for statement in (*DAILY_ROLLUPS, *WEEKLY_ROLLUPS):  # days first: weeks sum them
             cur.execute(statement, project)
             rows += cur.rowcount
         runs = cur.execute(

@@ -459,7 +459,9 @@ async def _delete_rollups(work: _Round, project_id: uuid.UUID, before: datetime)
 
     The daily twins (daily_rollups.py) lose their days wholly before the
     cutoff's day, and that day loses what its hours before ``before`` counted,
-    taken out as those hourly rows go, so it stays the sum of its hours.
+    taken out as those hourly rows go, so it stays the sum of its hours. Weekly
+    twins likewise: the cutoff's week loses those hours and its days before the
+    cutoff's day, and the weeks before it go whole.
     """
     deleted = 0
     day = daily_rollups.floor_day(before)
@@ -467,18 +469,26 @@ async def _delete_rollups(work: _Round, project_id: uuid.UUID, before: datetime)
     # Tool rollups of those hours still pending (pending_tools.py) go first: folded in
     # later, they would bring deleted hours back.
     deleted += await work.execute(pending_tools.FORGET_HOURS, args)
-    daily = {table.hourly: table for table in daily_rollups.ROLLUPS}
+    twins = {table.hourly: table for table in daily_rollups.ROLLUPS}
     for table, keys in ROLLUP_KEYS:
-        if table in daily:
-            retire = daily_rollups.retire_hours(daily[table])
-            while (count := (await work.rows(retire, args))[0][0]) > 0:
+        twin = twins.get(table)
+        retire = []
+        if twin:
+            retire.append(daily_rollups.retire_hours(twin))
+            if twin.weekly:  # the cutoff's week loses its days before the cutoff's day too
+                retire.append(daily_rollups.retire_days(twin))
+        for sql in retire:
+            while (count := (await work.rows(sql, args))[0][0]) > 0:
                 deleted += count
-            await work.execute(daily_rollups.drop_emptied_day(daily[table]), args)
-        sql = DELETE_ROLLUPS.format(table=table, keys=keys)
-        while (count := await work.execute(sql, args)) > 0:
-            deleted += count
-        if table in daily:
-            sql = daily_rollups.delete_days(daily[table])
+        if twin:
+            for sql in daily_rollups.drop_emptied_day(twin):
+                await work.execute(sql, args)
+        delete = [DELETE_ROLLUPS.format(table=table, keys=keys)]
+        if twin:
+            delete.append(daily_rollups.delete_days(twin))
+            if twin.weekly:
+                delete.append(daily_rollups.delete_weeks(twin))
+        for sql in delete:
             while (count := await work.execute(sql, args)) > 0:
                 deleted += count
     return deleted

@@ -10,7 +10,8 @@ writer's group commit, a finish, or the reaper timing runs out:
 2. It updates run rows before rollup rows.
 3. It changes rollup rows in key order, table after table: run rollups, then
    the agents' and then the project's duration rollups, then tool rollups
-   (each table's daily twin straight after it, daily_rollups.py), so two
+   (each table's daily twin straight after it, and its weekly one after that:
+   daily_rollups.py), so two
    transactions can never wait on each other's rollup rows.
 
 Counters on a run (steps, model calls, tokens, cost, last activity) are kept

@@ -208,17 +208,22 @@ WHERE r.project_id = {p}""",
     )
 
 
-def _merge(p: str, table: daily_rollups.Rollup) -> tuple[str, str]:
+def _merge(p: str, table: daily_rollups.Rollup) -> tuple[str, ...]:
     """Add the project's staged rows of ``table.stage`` to its hourly rows and then to
-    their days (daily_rollups.py), each in key order: rule 3, the daily table straight
-    after its hourly one. Two statements, where the other lanes chain them in one
-    (daily_rollups.merge): this lane's are literal SQL pushed down to one worker whole.
-    It adds to shard 0: spreading its rows over shards is not done yet."""
+    their days (and weeks: daily_rollups.py), each in key order: rule 3, the daily
+    table straight after its hourly one, the weekly one after that. A statement each,
+    where the other lanes chain them in one (daily_rollups.merge): this lane's are
+    literal SQL pushed down to one worker whole. It adds to shard 0: spreading its
+    rows over shards is not done yet."""
     where = f"WHERE project_id = {p}"
-    return (
+    statements = (
         daily_rollups.add_to_hours(table, where, shard="0"),
         daily_rollups.add_to_days(table, table.stage, shard="0").format(where=where),
     )
+    if table.weekly:
+        weeks = daily_rollups.add_to_weeks(table, table.stage, shard="0")
+        statements += (weeks.format(where=where),)
+    return statements
 
 
 @functools.lru_cache(maxsize=1024)

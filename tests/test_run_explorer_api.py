@@ -379,6 +379,12 @@ async def test_runs_filters(api, project, listed):
     )
     # A string value: tier is a number in the metadata.
     assert await ids(metadata="tier=1") == set()
+    # One key, two values: no run has both; one value twice is asked once.
+    assert await ids(metadata=["team=search", "team=ads"]) == set()
+    assert await ids(metadata=["team=ads", "team=ads"]) == await ids(metadata="team=ads")
+    assert await ids(metadata=["team=ads", "user=u1", "team=ads"]) == where(
+        lambda run: run["metadata"]["team"] == "ads" and run["metadata"]["user"] == "u1"
+    )
     assert await ids(tool="search") == where(lambda run: run["steps"] and listed.index(run) % 2)
     assert await ids(root="true") == where(lambda run: run["parent"] is None)
     assert await ids(root="false") == where(lambda run: run["parent"] is not None)

@@ -89,15 +89,19 @@ def _names(request: web.Request, name: str) -> list[str]:
     return values
 
 
-def _metadata(request: web.Request) -> list[str]:
-    """``KEY=VALUE`` pairs as the jsonb each run's metadata must contain."""
-    wanted = []
+def _metadata(request: web.Request) -> list[str] | None:
+    """``KEY=VALUE`` pairs as the jsonb each run's metadata must contain (each once);
+    None if two of them give one key different values, which no run's metadata holds
+    (a top-level value is one string): PostgreSQL would read both values' runs to
+    find none."""
+    wanted: dict[str, str] = {}
     for pair in _names(request, "metadata"):
         key, equals, value = pair.partition("=")
         if not equals or not key:
             raise params.invalid("metadata", f"expected KEY=VALUE; got {pair!r}")
-        wanted.append(json.dumps({key: value}))
-    return wanted
+        if wanted.setdefault(key, value) != value:
+            return None
+    return [json.dumps({key: value}) for key, value in wanted.items()]
 
 
 def _uuid(request: web.Request, name: str) -> uuid.UUID | None:
@@ -153,7 +157,9 @@ def filters(
     if tags := _names(request, "tag"):
         where.append(run_containment.TAGS)
         args["tags"] = tags
-    for number, wanted in enumerate(_metadata(request)):
+    if (metadata := _metadata(request)) is None:
+        where.append("FALSE")
+    for number, wanted in enumerate(metadata or ()):
         where.append(run_containment.metadata(number))
         args[f"metadata{number}"] = wanted
     if tool := params.text(request, "tool"):

@@ -104,16 +104,16 @@ def windows(days: int, spans: tuple[timedelta, ...]) -> list[tuple[datetime, dat
     return found
 
 
-def hourly_only(hours_from: datetime, hours_to: datetime, name: str, days: bool = True) -> dict:
+def hourly_only(
+    hours_from: datetime, hours_to: datetime, name: str, days: bool = True, now=None
+) -> dict:
     """daily_rollups.hour_ranges as if there were no daily or weekly rows to read: every
-    hour from the hourly table, as before the daily copies."""
-    return {
-        f"{name}_from": hours_from,
-        f"{name}_to": hours_to,
-        **{
-            f"{name}_{part}": hours_to
-            for part in ("days_from", "days_to", "weeks_from", "weeks_to")
-        },  # noqa: E501
+    hour from the hourly table, as before the daily copies, and nothing taken out."""
+    empty = ("days_from", "days_to", "h_head_to", "h_days_from", "h_weeks_from", "h_weeks_to",
+             "h_days_to", "h_tail_from", "h_less0_from", "h_less0_to", "h_less1_from",
+             "h_less1_to")  # fmt: skip
+    return {f"{name}_from": hours_from, f"{name}_to": hours_to} | {
+        f"{name}_{part}": hours_to for part in empty
     }
 
 
@@ -315,20 +315,68 @@ def test_hour_ranges_split_whole_days_from_the_edge_hours() -> None:
     assert ranges["x_days_from"] == ranges["x_days_to"] == day
 
 
-def test_hour_ranges_split_whole_weeks_from_the_edge_days() -> None:
+def histogram_plan(ranges: dict) -> dict:
+    """What the histograms' arms read, by name, as (from, to), empty ranges left out."""
+    arms = {
+        "hours+": (ranges["x_from"], ranges["x_h_head_to"]),
+        "hours-": (ranges["x_h_less0_from"], ranges["x_h_less0_to"]),
+        "days": (ranges["x_h_days_from"], ranges["x_h_weeks_from"]),
+        "weeks": (ranges["x_h_weeks_from"], ranges["x_h_weeks_to"]),
+        "days ": (ranges["x_h_weeks_to"], ranges["x_h_days_to"]),
+        "hours +": (ranges["x_h_tail_from"], ranges["x_to"]),
+        "hours -": (ranges["x_h_less1_from"], ranges["x_h_less1_to"]),
+    }
+    return {arm: bounds for arm, bounds in arms.items() if bounds[0] < bounds[1]}
+
+
+def test_hour_ranges_read_histograms_by_week_and_each_cut_day_the_cheaper_way() -> None:
     monday = datetime(2026, 3, 9, tzinfo=UTC)
     hour = timedelta(hours=1)
-    ranges = daily_rollups.hour_ranges(monday - 2 * DAY - hour, monday + 15 * DAY + hour, "x")
-    assert (ranges["x_days_from"], ranges["x_days_to"]) == (monday - 2 * DAY, monday + 15 * DAY)
-    assert (ranges["x_weeks_from"], ranges["x_weeks_to"]) == (monday, monday + 14 * DAY)
-    ranges = daily_rollups.hour_ranges(monday, monday + 7 * DAY, "x")
-    assert (ranges["x_weeks_from"], ranges["x_weeks_to"]) == (monday, monday + 7 * DAY)
+    later = monday + 60 * DAY  # "now", long after: every hour is stored
+    # Cut days of 1 hour inside: those hours; weeks and the other whole days.
+    ranges = daily_rollups.hour_ranges(
+        monday - 2 * DAY - hour, monday + 15 * DAY + hour, "x", now=later
+    )
+    assert histogram_plan(ranges) == {
+        "hours+": (monday - 2 * DAY - hour, monday - 2 * DAY),
+        "days": (monday - 2 * DAY, monday),
+        "weeks": (monday, monday + 14 * DAY),
+        "days ": (monday + 14 * DAY, monday + 15 * DAY),
+        "hours +": (monday + 15 * DAY, monday + 15 * DAY + hour),
+    }
+    # Cut days of 20 hours inside: the day, less its 4 hours outside.
+    ranges = daily_rollups.hour_ranges(
+        monday + 4 * hour, monday + 8 * DAY + 20 * hour, "x", now=later
+    )
+    assert histogram_plan(ranges) == {
+        "hours-": (monday, monday + 4 * hour),
+        "weeks": (monday, monday + 7 * DAY),
+        "days ": (monday + 7 * DAY, monday + 9 * DAY),
+        "hours -": (monday + 8 * DAY + 20 * hour, monday + 9 * DAY),
+    }
+    # A window ending now, 10 hours into the day: the hours after now hold nothing yet,
+    # so the day less the current hour is cheaper than its 10 hours.
+    now = monday + 8 * DAY + 10 * hour + timedelta(minutes=17)
+    ranges = daily_rollups.hour_ranges(monday, monday + 8 * DAY + 10 * hour, "x", now=now)
+    assert histogram_plan(ranges) == {
+        "weeks": (monday, monday + 7 * DAY),
+        "days ": (monday + 7 * DAY, monday + 9 * DAY),
+        "hours -": (monday + 8 * DAY + 10 * hour, monday + 9 * DAY),
+    }
+    # …but not 2 hours into the day.
+    ranges = daily_rollups.hour_ranges(monday, monday + 7 * DAY + 2 * hour, "x", now=now)
+    assert histogram_plan(ranges) == {
+        "weeks": (monday, monday + 7 * DAY),
+        "hours +": (monday + 7 * DAY, monday + 7 * DAY + 2 * hour),
+    }
     # Seven whole days that are no whole week: all from the daily rows.
-    ranges = daily_rollups.hour_ranges(monday + DAY, monday + 8 * DAY, "x")
-    assert ranges["x_weeks_from"] == ranges["x_weeks_to"] == monday + 8 * DAY
-    # Time series by the hour read no days, hence no weeks.
-    ranges = daily_rollups.hour_ranges(monday, monday + 14 * DAY, "x", days=False)
-    assert ranges["x_weeks_from"] == ranges["x_weeks_to"] == monday + 14 * DAY
+    ranges = daily_rollups.hour_ranges(monday + DAY, monday + 8 * DAY, "x", now=later)
+    assert histogram_plan(ranges) == {"days": (monday + DAY, monday + 8 * DAY)}
+    # Inside one day, or read by the hour: all from the hourly rows.
+    ranges = daily_rollups.hour_ranges(monday + hour, monday + 23 * hour, "x", now=later)
+    assert histogram_plan(ranges) == {"hours+": (monday + hour, monday + 23 * hour)}
+    ranges = daily_rollups.hour_ranges(monday, monday + 14 * DAY, "x", days=False, now=later)
+    assert histogram_plan(ranges) == {"hours+": (monday, monday + 14 * DAY)}
 
 
 def test_the_migration_fills_the_days_from_the_hours(fresh_db_url: str) -> None:

@@ -32,6 +32,7 @@ from typing import Any, NamedTuple
 from keelwave.server.store import run_rollups, tool_rollups
 from keelwave.server.store.rollup_shards import SHARD, delete_emptied
 
+HOUR = timedelta(hours=1)
 DAY = timedelta(days=1)
 WEEK = timedelta(days=7)
 _DAY_OF = "date_trunc('day', {}, 'UTC')"
@@ -294,62 +295,148 @@ def floor_week(moment: datetime) -> datetime:
     return day - day.weekday() * DAY
 
 
+# What reading a day of a histogram's daily rows costs, in hours of its hourly rows: a
+# day holds about 100 bins an agent (150 agents: as many rows as 5 hours), or 86 a tool
+# (400 tools: as many as 1.7 hours); bins fill up over a day.
+DAY_IN_HOURS = 3
+
+
 def hour_ranges(
-    hours_from: datetime, hours_to: datetime, name: str, days: bool = True
+    hours_from: datetime,
+    hours_to: datetime,
+    name: str,
+    days: bool = True,
+    now: datetime | None = None,
 ) -> dict[str, Any]:
     """Query parameters that :func:`read_rows` ``name`` reads the whole hours
-    [hours_from, hours_to) with: the whole UTC days inside from the daily table
+    [hours_from, hours_to) with.
+
+    Run counters: the whole UTC days inside from the daily table
     (``{name}_days_from``/``_days_to``, empty if there is no whole day, or if not
     ``days``: rows to be told apart by hour), the hours before and after them from
-    the hourly one; and the whole UTC weeks among those days (``{name}_weeks_from``
-    /``_weeks_to``, empty if none), which tables with a weekly twin read from it."""
+    the hourly one.
+
+    Histograms (tables with a weekly twin, whose counters are integers, so rows can
+    be taken out again exactly): the whole UTC weeks from the weekly table, the other
+    whole days from the daily one, and each day cut by an edge whichever way reads
+    fewer rows: its hours inside from the hourly table, or its daily rows less its
+    hours outside (hours after ``now`` hold no rows yet, so the last day of a window
+    ending now is its daily rows less the current hour's). ``{name}_h_…``: the days
+    (and weeks), the hourly rows added at each end, and those taken out."""
     days_from = floor_day(hours_from)
     if days_from < hours_from:
         days_from += DAY
     days_to = floor_day(hours_to)
     if days_from >= days_to or not days:
         days_from = days_to = hours_to
-    weeks_from = floor_week(days_from)
-    if weeks_from < days_from:
-        weeks_from += WEEK
-    weeks_to = floor_week(days_to)
-    if weeks_from >= weeks_to:
-        weeks_from = weeks_to = days_to
-    return {
+    ranges = {
         f"{name}_from": hours_from,
         f"{name}_to": hours_to,
         f"{name}_days_from": days_from,
         f"{name}_days_to": days_to,
-        f"{name}_weeks_from": weeks_from,
-        f"{name}_weeks_to": weeks_to,
     }
+    return ranges | _histogram_ranges(hours_from, hours_to, name, days, now)
+
+
+def _histogram_ranges(
+    hours_from: datetime, hours_to: datetime, name: str, days: bool, now: datetime | None
+) -> dict[str, Any]:
+    """:func:`hour_ranges`' ranges for the histograms."""
+    first_day, last_day = floor_day(hours_from), floor_day(hours_to)
+    # By default every hour from the hourly rows, no day, nothing taken out.
+    h_days_from = h_days_to = hours_to
+    head_to, tail_from = hours_to, hours_to  # hourly rows added: [from, head_to), [tail_from, to)
+    less = [(hours_to, hours_to), (hours_to, hours_to)]  # hourly rows taken out
+    if days and first_day < last_day:
+        h_days_from, h_days_to = first_day, last_day  # and then the edges:
+        head_to = tail_from = None
+        if first_day < hours_from:  # the first day is cut: its hours inside, or the day less
+            inside = (first_day + DAY - hours_from) / HOUR
+            if DAY_IN_HOURS + (hours_from - first_day) / HOUR < inside:
+                less[0] = (first_day, hours_from)
+            else:
+                h_days_from = head_to = first_day + DAY
+        if last_day < hours_to:  # the last day is cut
+            day_end = last_day + DAY
+            stored_to = min(day_end, _floor_hour(now or datetime.now(UTC)) + HOUR)
+            outside = max(stored_to - hours_to, timedelta(0)) / HOUR
+            if DAY_IN_HOURS + outside < (hours_to - last_day) / HOUR:
+                h_days_to = day_end
+                less[1] = (hours_to, day_end)
+            else:
+                tail_from = last_day
+        head_to = head_to or hours_from  # (an empty range where the day is read)
+        tail_from = tail_from or hours_to
+    weeks_from = floor_week(h_days_from)
+    if weeks_from < h_days_from:
+        weeks_from += WEEK
+    weeks_to = floor_week(h_days_to)
+    if weeks_from >= weeks_to:
+        weeks_from = weeks_to = h_days_to
+    return {
+        f"{name}_h_head_to": head_to,
+        f"{name}_h_days_from": h_days_from,
+        f"{name}_h_weeks_from": weeks_from,
+        f"{name}_h_weeks_to": weeks_to,
+        f"{name}_h_days_to": h_days_to,
+        f"{name}_h_tail_from": tail_from,
+        f"{name}_h_less0_from": less[0][0],
+        f"{name}_h_less0_to": less[0][1],
+        f"{name}_h_less1_from": less[1][0],
+        f"{name}_h_less1_to": less[1][1],
+    }
+
+
+def _floor_hour(moment: datetime) -> datetime:
+    return moment.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
 
 
 def read_rows(table: Rollup, columns: str, name: str, where: str = "") -> str:
     """SELECT ``columns`` of the project's rows covering the hours of :func:`hour_ranges`
     ``name``: one arm per range, each a plain range scan of a primary key. ``{time}``
-    in ``columns`` is a row's hour, or its day (rows told apart by time are never read
-    from a weekly twin); ``where`` is added to each arm's WHERE (``AND …``)."""
+    in ``columns`` is a row's hour, or its day (rows told apart by time are read as
+    the run counters are, never from a weekly twin); ``where`` is added to each arm's
+    WHERE (``AND …``). A histogram's counters in ``columns`` are plain column names:
+    the arms that take rows out negate them."""
     project = f"project_id = %(project)s {where}"
     hourly, daily = columns.format(time="bucket"), columns.format(time="day")
-    if table.weekly and "{time}" not in columns:
-        days = f"""
-    SELECT {daily} FROM {table.daily}
-    WHERE {project} AND day >= %({name}_days_from)s AND day < %({name}_weeks_from)s
-    UNION ALL
-    SELECT {daily} FROM {table.weekly}
-    WHERE {project} AND week >= %({name}_weeks_from)s AND week < %({name}_weeks_to)s
-    UNION ALL
-    SELECT {daily} FROM {table.daily}
-    WHERE {project} AND day >= %({name}_weeks_to)s AND day < %({name}_days_to)s"""
-    else:
-        days = f"""
-    SELECT {daily} FROM {table.daily}
-    WHERE {project} AND day >= %({name}_days_from)s AND day < %({name}_days_to)s"""
-    return f"""
+    if not table.weekly or "{time}" in columns:
+        return f"""
     SELECT {hourly} FROM {table.hourly}
     WHERE {project} AND bucket >= %({name}_from)s AND bucket < %({name}_days_from)s
-    UNION ALL{days}
+    UNION ALL
+    SELECT {daily} FROM {table.daily}
+    WHERE {project} AND day >= %({name}_days_from)s AND day < %({name}_days_to)s
     UNION ALL
     SELECT {hourly} FROM {table.hourly}
     WHERE {project} AND bucket >= %({name}_days_to)s AND bucket < %({name}_to)s"""
+    less = _negated(hourly, table.counters)
+    h = f"{name}_h"
+    return f"""
+    SELECT {hourly} FROM {table.hourly}
+    WHERE {project} AND bucket >= %({name}_from)s AND bucket < %({h}_head_to)s
+    UNION ALL
+    SELECT {less} FROM {table.hourly}
+    WHERE {project} AND bucket >= %({h}_less0_from)s AND bucket < %({h}_less0_to)s
+    UNION ALL
+    SELECT {daily} FROM {table.daily}
+    WHERE {project} AND day >= %({h}_days_from)s AND day < %({h}_weeks_from)s
+    UNION ALL
+    SELECT {daily} FROM {table.weekly}
+    WHERE {project} AND week >= %({h}_weeks_from)s AND week < %({h}_weeks_to)s
+    UNION ALL
+    SELECT {daily} FROM {table.daily}
+    WHERE {project} AND day >= %({h}_weeks_to)s AND day < %({h}_days_to)s
+    UNION ALL
+    SELECT {hourly} FROM {table.hourly}
+    WHERE {project} AND bucket >= %({h}_tail_from)s AND bucket < %({name}_to)s
+    UNION ALL
+    SELECT {less} FROM {table.hourly}
+    WHERE {project} AND bucket >= %({h}_less1_from)s AND bucket < %({h}_less1_to)s"""
+
+
+def _negated(columns: str, counters: tuple[str, ...]) -> str:
+    """``columns`` (a comma-separated list) with each counter among them negated."""
+    items = [item.strip() for item in columns.split(",")]
+    assert any(item in counters for item in items), f"no counter in {columns!r}"
+    return ", ".join(f"-{item}" if item in counters else item for item in items)

@@ -57,6 +57,9 @@ _RAW_RUNS = """
 _RAW_STATS = tool_rollups.stats_of_steps(f"({tool_rollups.steps_of_runs('raw_runs', 'r.sign')})")
 _COUNTERS = ", ".join(tool_rollups.COUNTERS)
 _SUMS = ", ".join(f"sum({c}) AS {c}" for c in tool_rollups.COUNTERS)
+# (bigint, not the numeric sum() makes of bigint: a Decimal a counter of 36,000 rows
+# is 10-20 ms of Python with 400 tools)
+_BIGINT_SUMS = ", ".join(f"sum({c})::bigint AS {c}" for c in tool_rollups.COUNTERS)
 _ROLLUP_ROWS = daily_rollups.read_rows(
     daily_rollups.TOOLS, f"tool_name, duration_bin, {_COUNTERS}", "hours"
 )
@@ -67,7 +70,7 @@ def _histogram(rollup_rows: str) -> str:
     aggregates.py, Python sorts them far quicker), from ``rollup_rows`` and the raw runs."""
     return f"""
 WITH raw_runs AS ({_RAW_RUNS})
-SELECT tool_name, duration_bin, {_SUMS}
+SELECT tool_name, duration_bin, {_BIGINT_SUMS}
 FROM (
     SELECT tool_name, duration_bin, {_SUMS} FROM ({rollup_rows}) AS rollups
     GROUP BY 1, 2

@@ -132,63 +132,41 @@ async def answers(api: Api, project, monkeypatch, spans: str) -> tuple[dict, dic
     return new, old
 
 
-def days_off_their_hours(db_url: str, project_id: str) -> list[tuple]:
-    """Daily rows that differ from the sum of their day's hourly rows (rows counting
-    nothing are left out on both sides)."""
-    found = []
-    for table in daily_rollups.ROLLUPS:
-        keys = ", ".join(table.keys)
-        sums = ", ".join(f"sum({c})::bigint" for c in table.counters)
-        found += query(
-            db_url,
-            f"""
-            WITH hours AS (
-                SELECT date_trunc('day', bucket, 'UTC') AS day, {keys}, {sums}
-                FROM {table.hourly} WHERE project_id = %(p)s GROUP BY 1, {keys}
-                HAVING sum({table.counts_something}) <> 0
-            ), days AS (  -- (the tool rollups' rows are in shards: keys are summed)
-                SELECT day, {keys}, {sums} FROM {table.daily}
-                WHERE project_id = %(p)s GROUP BY 1, {keys}
-                HAVING sum({table.counts_something}) <> 0
-            )
-            SELECT '{table.daily}', * FROM ((TABLE hours EXCEPT ALL TABLE days)
-                UNION ALL (TABLE days EXCEPT ALL TABLE hours)) AS differ
-            """.replace("%(p)s", "%s"),
-            (project_id,) * 2,
+def _off(db_url: str, project_id: str, table, fine: str, coarse: str, period: str) -> list:
+    """Rows of ``coarse`` (keyed by UTC ``period``) that differ from the sum of their
+    period's rows in ``fine`` (rows counting nothing are left out on both sides; the
+    tool rollups' rows are in shards: keys are summed)."""
+    keys = ", ".join(table.keys)
+    sums = ", ".join(f"sum({c})::bigint" for c in table.counters)
+    time = "bucket" if fine == table.hourly else "day"
+    return query(
+        db_url,
+        f"""
+        WITH fine AS (
+            SELECT date_trunc('{period}', {time}, 'UTC') AS {period}, {keys}, {sums}
+            FROM {fine} WHERE project_id = %(p)s GROUP BY 1, {keys}
+            HAVING sum({table.counts_something}) <> 0
+        ), coarse AS (
+            SELECT {period}, {keys}, {sums} FROM {coarse}
+            WHERE project_id = %(p)s GROUP BY 1, {keys}
+            HAVING sum({table.counts_something}) <> 0
         )
-    return found
-
-
-def weeks_off_their_days(db_url: str, project_id: str) -> list[tuple]:
-    """Weekly rows that differ from the sum of their week's daily rows."""
-    found = []
-    for table in daily_rollups.ROLLUPS:
-        if not table.weekly:
-            continue
-        keys = ", ".join(table.keys)
-        sums = ", ".join(f"sum({c})::bigint" for c in table.counters)
-        found += query(
-            db_url,
-            f"""
-            WITH days AS (
-                SELECT date_trunc('week', day, 'UTC') AS week, {keys}, {sums}
-                FROM {table.daily} WHERE project_id = %(p)s GROUP BY 1, {keys}
-                HAVING sum({table.counts_something}) <> 0
-            ), weeks AS (
-                SELECT week, {keys}, {sums} FROM {table.weekly}
-                WHERE project_id = %(p)s GROUP BY 1, {keys}
-                HAVING sum({table.counts_something}) <> 0
-            )
-            SELECT '{table.weekly}', * FROM ((TABLE days EXCEPT ALL TABLE weeks)
-                UNION ALL (TABLE weeks EXCEPT ALL TABLE days)) AS differ
-            """.replace("%(p)s", "%s"),
-            (project_id,) * 2,
-        )
-    return found
+        SELECT '{coarse}', * FROM ((TABLE fine EXCEPT ALL TABLE coarse)
+            UNION ALL (TABLE coarse EXCEPT ALL TABLE fine)) AS differ
+        """.replace("%(p)s", "%s"),
+        (project_id,) * 2,
+    )
 
 
 def twins_off(db_url: str, project_id: str) -> list[tuple]:
-    return days_off_their_hours(db_url, project_id) + weeks_off_their_days(db_url, project_id)
+    """Daily rows that differ from the sum of their day's hourly rows, and weekly rows
+    that differ from the sum of their week's daily rows."""
+    found = []
+    for table in daily_rollups.ROLLUPS:
+        found += _off(db_url, project_id, table, table.hourly, table.daily, "day")
+        if table.weekly:
+            found += _off(db_url, project_id, table, table.daily, table.weekly, "week")
+    return found
 
 
 async def finished_by_reaper(db_url: str, project_id: str) -> None:

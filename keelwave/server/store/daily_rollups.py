@@ -400,39 +400,30 @@ def read_rows(table: Rollup, columns: str, name: str, where: str = "") -> str:
     the arms that take rows out negate them."""
     project = f"project_id = %(project)s {where}"
     hourly, daily = columns.format(time="bucket"), columns.format(time="day")
-    if not table.weekly or "{time}" in columns:
+
+    def arm(selected: str, source: str, time: str, lo: str, hi: str) -> str:
         return f"""
-    SELECT {hourly} FROM {table.hourly}
-    WHERE {project} AND bucket >= %({name}_from)s AND bucket < %({name}_days_from)s
-    UNION ALL
-    SELECT {daily} FROM {table.daily}
-    WHERE {project} AND day >= %({name}_days_from)s AND day < %({name}_days_to)s
-    UNION ALL
-    SELECT {hourly} FROM {table.hourly}
-    WHERE {project} AND bucket >= %({name}_days_to)s AND bucket < %({name}_to)s"""
-    less = _negated(hourly, table.counters)
-    h = f"{name}_h"
-    return f"""
-    SELECT {hourly} FROM {table.hourly}
-    WHERE {project} AND bucket >= %({name}_from)s AND bucket < %({h}_head_to)s
-    UNION ALL
-    SELECT {less} FROM {table.hourly}
-    WHERE {project} AND bucket >= %({h}_less0_from)s AND bucket < %({h}_less0_to)s
-    UNION ALL
-    SELECT {daily} FROM {table.daily}
-    WHERE {project} AND day >= %({h}_days_from)s AND day < %({h}_weeks_from)s
-    UNION ALL
-    SELECT {daily} FROM {table.weekly}
-    WHERE {project} AND week >= %({h}_weeks_from)s AND week < %({h}_weeks_to)s
-    UNION ALL
-    SELECT {daily} FROM {table.daily}
-    WHERE {project} AND day >= %({h}_weeks_to)s AND day < %({h}_days_to)s
-    UNION ALL
-    SELECT {hourly} FROM {table.hourly}
-    WHERE {project} AND bucket >= %({h}_tail_from)s AND bucket < %({name}_to)s
-    UNION ALL
-    SELECT {less} FROM {table.hourly}
-    WHERE {project} AND bucket >= %({h}_less1_from)s AND bucket < %({h}_less1_to)s"""
+    SELECT {selected} FROM {source}
+    WHERE {project} AND {time} >= %({name}_{lo})s AND {time} < %({name}_{hi})s"""
+
+    if not table.weekly or "{time}" in columns:
+        arms = [
+            arm(hourly, table.hourly, "bucket", "from", "days_from"),
+            arm(daily, table.daily, "day", "days_from", "days_to"),
+            arm(hourly, table.hourly, "bucket", "days_to", "to"),
+        ]
+    else:
+        less = _negated(hourly, table.counters)
+        arms = [
+            arm(hourly, table.hourly, "bucket", "from", "h_head_to"),
+            arm(less, table.hourly, "bucket", "h_less0_from", "h_less0_to"),
+            arm(daily, table.daily, "day", "h_days_from", "h_weeks_from"),
+            arm(daily, table.weekly, "week", "h_weeks_from", "h_weeks_to"),
+            arm(daily, table.daily, "day", "h_weeks_to", "h_days_to"),
+            arm(hourly, table.hourly, "bucket", "h_tail_from", "to"),
+            arm(less, table.hourly, "bucket", "h_less1_from", "h_less1_to"),
+        ]
+    return "\n    UNION ALL".join(arms)
 
 
 def _negated(columns: str, counters: tuple[str, ...]) -> str:

@@ -162,28 +162,32 @@ FINISHED_RUN_STARTS = """
 SELECT date_trunc('hour', min(started_at), 'UTC'), max(started_at) FROM agent_runs
 WHERE project_id = %(project)s AND ended_at IS NOT NULL
 """
-# The daily twins (daily_rollups.py): their hourly rows by UTC day (shards summed).
+
+
+def _summed_by(
+    table: daily_rollups.Rollup, target: str, period: str, source: str, time: str
+) -> str:
+    """INSERT into ``target`` the project's rows of ``source`` summed by UTC ``period``
+    (shards summed), in key order."""
+    keys, counters = ", ".join(table.keys), table.counters
+    positions = range(1, len(table.keys) + 3)
+    return f"""
+INSERT INTO {target} (project_id, {period}, {keys}, {", ".join(counters)})
+SELECT project_id, date_trunc('{period}', {time}, 'UTC'), {keys},
+       {", ".join(f"sum({counter})" for counter in counters)}
+FROM {source} WHERE project_id = %(project)s
+GROUP BY {", ".join(str(n) for n in positions)}
+ORDER BY {", ".join(str(n) for n in positions if n > 1)}
+"""
+
+
+# The daily twins (daily_rollups.py): their hourly rows by UTC day; the weekly twins:
+# their daily rows by UTC week (Monday).
 DAILY_ROLLUPS = tuple(
-    f"""
-INSERT INTO {table.daily} (project_id, day, {", ".join(table.keys)}, {", ".join(table.counters)})
-SELECT project_id, date_trunc('day', bucket, 'UTC'), {", ".join(table.keys)},
-       {", ".join(f"sum({counter})" for counter in table.counters)}
-FROM {table.hourly} WHERE project_id = %(project)s
-GROUP BY {", ".join(str(n) for n in range(1, len(table.keys) + 3))}
-ORDER BY {", ".join(str(n) for n in range(2, len(table.keys) + 3))}
-"""
-    for table in daily_rollups.ROLLUPS
+    _summed_by(table, table.daily, "day", table.hourly, "bucket") for table in daily_rollups.ROLLUPS
 )
-# …and the weekly twins their daily rows by UTC week (Monday).
 WEEKLY_ROLLUPS = tuple(
-    f"""
-INSERT INTO {table.weekly} (project_id, week, {", ".join(table.keys)}, {", ".join(table.counters)})
-SELECT project_id, date_trunc('week', day, 'UTC'), {", ".join(table.keys)},
-       {", ".join(f"sum({counter})" for counter in table.counters)}
-FROM {table.daily} WHERE project_id = %(project)s
-GROUP BY {", ".join(str(n) for n in range(1, len(table.keys) + 3))}
-ORDER BY {", ".join(str(n) for n in range(2, len(table.keys) + 3))}
-"""
+    _summed_by(table, table.weekly, "week", table.daily, "day")
     for table in daily_rollups.ROLLUPS
     if table.weekly
 )

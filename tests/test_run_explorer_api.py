@@ -381,6 +381,7 @@ async def test_runs_filters(api, project, listed):
     assert await ids(metadata="tier=1") == set()
     # One key, two values: no run has both; one value twice is asked once.
     assert await ids(metadata=["team=search", "team=ads"]) == set()
+    assert await ids(metadata=["team=search", "team=ads"], tag="prod", agent_name="beta") == set()
     assert await ids(metadata=["team=ads", "team=ads"]) == await ids(metadata="team=ads")
     assert await ids(metadata=["team=ads", "user=u1", "team=ads"]) == where(
         lambda run: run["metadata"]["team"] == "ads" and run["metadata"]["user"] == "u1"

@@ -105,7 +105,7 @@ def windows(days: int, spans: tuple[timedelta, ...]) -> list[tuple[datetime, dat
 
 
 def hourly_only(
-    hours_from: datetime, hours_to: datetime, name: str, days: bool = True, now=None
+    hours_from: datetime, hours_to: datetime, name: str, days: bool = True, **_plan
 ) -> dict:
     """daily_rollups.hour_ranges as if there were no daily or weekly rows to read: every
     hour from the hourly table, as before the daily copies, and nothing taken out."""
@@ -346,6 +346,20 @@ def test_hour_ranges_read_histograms_by_week_and_each_cut_day_the_cheaper_way() 
     assert histogram_plan(ranges) == {
         "weeks": (monday, monday + 7 * DAY),
         "hours +": (monday + 7 * DAY, monday + 7 * DAY + 2 * hour),
+    }
+    # A first day cut 16 hours in, where rows start 2 hours before the cut (retention,
+    # a young project): the day less those 2 hours, not its 8 hours inside.
+    ranges = daily_rollups.hour_ranges(
+        monday + 16 * hour, monday + 7 * DAY, "x", now=later, stored_from=monday + 14 * hour
+    )
+    assert histogram_plan(ranges) == {
+        "hours-": (monday, monday + 16 * hour),
+        "weeks": (monday, monday + 7 * DAY),
+    }
+    ranges = daily_rollups.hour_ranges(monday + 16 * hour, monday + 7 * DAY, "x", now=later)
+    assert histogram_plan(ranges) == {
+        "hours+": (monday + 16 * hour, monday + DAY),
+        "days": (monday + DAY, monday + 7 * DAY),
     }
     # Seven whole days that are no whole week: all from the daily rows.
     ranges = daily_rollups.hour_ranges(monday + DAY, monday + 8 * DAY, "x", now=later)

@@ -207,9 +207,15 @@ async def duration_percentiles(
     if finished_runs <= request.app[appkeys.SETTINGS].exact_percentiles_up_to:
         rows = await (await conn.execute(_EXACT_PERCENTILES.format(key=key), args)).fetchall()
         return {name: (p50, p95) for name, p50, p95 in rows}
-    args |= daily_rollups.hour_ranges(args["full_from"], args["full_to"], "full")
-    bins: dict[str | None, list[tuple[int, int]]] = {}
     table = daily_rollups.DURATIONS if per_agent else daily_rollups.PROJECT_DURATIONS
+    stored_from = None
+    if table.weekly:  # (what its edge days cost depends on where its rows start)
+        first_hour = await conn.execute(daily_rollups.first_hour_sql(table), args)
+        (stored_from,) = await first_hour.fetchone()
+    args |= daily_rollups.hour_ranges(
+        args["full_from"], args["full_to"], "full", stored_from=stored_from
+    )
+    bins: dict[str | None, list[tuple[int, int]]] = {}
     columns = "agent_name, duration_bin, runs" if per_agent else "NULL, duration_bin, runs"
     rollup_rows = daily_rollups.read_rows(table, columns, "full")
     sql = _DURATION_HISTOGRAM.format(key=key, rollup_rows=rollup_rows)

@@ -117,6 +117,10 @@ async def _ranges(
     first, last = floor_hour(since), floor_hour(until)
     if first == last:  # inside one hour: all from the steps
         return _args(first, first, [(since, until, 1)]), window
+    first_hour = await conn.execute(
+        daily_rollups.first_hour_sql(daily_rollups.TOOLS), {"project": project_id}
+    )
+    (stored_from,) = await first_hour.fetchone()
     cuts = [(first, since), (since, first + HOUR), (last, until), (until, last + HOUR)]
     counts = [0, 0, 0, 0]
     if since > first or until > last:
@@ -147,11 +151,13 @@ async def _ranges(
         else:
             hours_to = last + HOUR
             edges.append((until, hours_to, -1))
-    return _args(hours_from, hours_to, edges), Window(counted_since, counted_until)
+    return _args(hours_from, hours_to, edges, stored_from), Window(counted_since, counted_until)
 
 
-def _args(hours_from: datetime, hours_to: datetime, edges: list) -> dict[str, Any]:
-    args = daily_rollups.hour_ranges(hours_from, hours_to, "hours")
+def _args(
+    hours_from: datetime, hours_to: datetime, edges: list, stored_from: datetime | None = None
+) -> dict[str, Any]:
+    args = daily_rollups.hour_ranges(hours_from, hours_to, "hours", stored_from=stored_from)
     unused = (hours_from, hours_from, 1)
     for n, (since, until, sign) in enumerate([*edges, unused, unused][:2]):
         args |= {f"edge{n}_from": since, f"edge{n}_to": until, f"edge{n}_sign": sign}

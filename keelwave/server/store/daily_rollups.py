@@ -307,6 +307,7 @@ def hour_ranges(
     name: str,
     days: bool = True,
     now: datetime | None = None,
+    stored_from: datetime | None = None,
 ) -> dict[str, Any]:
     """Query parameters that :func:`read_rows` ``name`` reads the whole hours
     [hours_from, hours_to) with.
@@ -321,8 +322,10 @@ def hour_ranges(
     whole days from the daily one, and each day cut by an edge whichever way reads
     fewer rows: its hours inside from the hourly table, or its daily rows less its
     hours outside (hours after ``now`` hold no rows yet, so the last day of a window
-    ending now is its daily rows less the current hour's). ``{name}_h_…``: the days
-    (and weeks), the hourly rows added at each end, and those taken out."""
+    ending now is its daily rows less the current hour's; nor do hours before
+    ``stored_from``, the first hour the table has rows of, as after retention or
+    when the project is younger than the window). ``{name}_h_…``: the days (and
+    weeks), the hourly rows added at each end, and those taken out."""
     days_from = floor_day(hours_from)
     if days_from < hours_from:
         days_from += DAY
@@ -335,11 +338,16 @@ def hour_ranges(
         f"{name}_days_from": days_from,
         f"{name}_days_to": days_to,
     }
-    return ranges | _histogram_ranges(hours_from, hours_to, name, days, now)
+    return ranges | _histogram_ranges(hours_from, hours_to, name, days, now, stored_from)
 
 
 def _histogram_ranges(
-    hours_from: datetime, hours_to: datetime, name: str, days: bool, now: datetime | None
+    hours_from: datetime,
+    hours_to: datetime,
+    name: str,
+    days: bool,
+    now: datetime | None,
+    stored_from: datetime | None,
 ) -> dict[str, Any]:
     """:func:`hour_ranges`' ranges for the histograms."""
     first_day, last_day = floor_day(hours_from), floor_day(hours_to)
@@ -352,7 +360,9 @@ def _histogram_ranges(
         head_to = tail_from = None
         if first_day < hours_from:  # the first day is cut: its hours inside, or the day less
             inside = (first_day + DAY - hours_from) / HOUR
-            if DAY_IN_HOURS + (hours_from - first_day) / HOUR < inside:
+            stored = max(first_day, stored_from or first_day)
+            outside = max(hours_from - stored, timedelta(0)) / HOUR
+            if DAY_IN_HOURS + outside < inside:
                 less[0] = (first_day, hours_from)
             else:
                 h_days_from = head_to = first_day + DAY
@@ -385,6 +395,12 @@ def _histogram_ranges(
         f"{name}_h_less1_from": less[1][0],
         f"{name}_h_less1_to": less[1][1],
     }
+
+
+def first_hour_sql(table: Rollup) -> str:
+    """The first hour ``table`` has rows of for %(project)s (:func:`hour_ranges`'
+    ``stored_from``): one probe of its primary key."""
+    return f"SELECT min(bucket) FROM {table.hourly} WHERE project_id = %(project)s"
 
 
 def _floor_hour(moment: datetime) -> datetime:

@@ -26,6 +26,7 @@ of the rows. The run counters, a row an agent a day, need no weekly level.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
 
@@ -326,9 +327,7 @@ def hour_ranges(
     ``stored_from``, the first hour the table has rows of, as after retention or
     when the project is younger than the window). ``{name}_h_…``: the days (and
     weeks), the hourly rows added at each end, and those taken out."""
-    days_from = floor_day(hours_from)
-    if days_from < hours_from:
-        days_from += DAY
+    days_from = _first_whole(hours_from, floor_day, DAY)
     days_to = floor_day(hours_to)
     if days_from >= days_to or not days:
         days_from = days_to = hours_to
@@ -357,7 +356,7 @@ def _histogram_ranges(
     less = [(hours_to, hours_to), (hours_to, hours_to)]  # hourly rows taken out
     if days and first_day < last_day:
         h_days_from, h_days_to = first_day, last_day  # and then the edges:
-        head_to = tail_from = None
+        head_to, tail_from = hours_from, hours_to  # (empty unless a cut day is read by hour)
         if first_day < hours_from:  # the first day is cut: its hours inside, or the day less
             inside = (first_day + DAY - hours_from) / HOUR
             stored = max(first_day, stored_from or first_day)
@@ -375,11 +374,7 @@ def _histogram_ranges(
                 less[1] = (hours_to, day_end)
             else:
                 tail_from = last_day
-        head_to = head_to or hours_from  # (an empty range where the day is read)
-        tail_from = tail_from or hours_to
-    weeks_from = floor_week(h_days_from)
-    if weeks_from < h_days_from:
-        weeks_from += WEEK
+    weeks_from = _first_whole(h_days_from, floor_week, WEEK)
     weeks_to = floor_week(h_days_to)
     if weeks_from >= weeks_to:
         weeks_from = weeks_to = h_days_to
@@ -401,6 +396,14 @@ def first_hour_sql(table: Rollup) -> str:
     """The first hour ``table`` has rows of for %(project)s (:func:`hour_ranges`'
     ``stored_from``): one probe of its primary key."""
     return f"SELECT min(bucket) FROM {table.hourly} WHERE project_id = %(project)s"
+
+
+def _first_whole(
+    moment: datetime, floor: Callable[[datetime], datetime], unit: timedelta
+) -> datetime:
+    """The start of the first whole day (``floor``, ``unit``) or week from ``moment`` on."""
+    start = floor(moment)
+    return start if start == moment else start + unit
 
 
 def _floor_hour(moment: datetime) -> datetime:

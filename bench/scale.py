@@ -436,6 +436,13 @@ def endpoints(meta: dict) -> list[tuple[str, str, float | None]]:
         ("runs, ending loop", "/runs?termination_reason=loop_detected", 50),
         ("runs, sort cost_usd", "/runs?sort=cost_usd", 50),
         ("runs, sort cost, one agent", "/runs?sort=cost_usd&agent_name=agent-coder", 50),
+        ("runs, sort duration", "/runs?sort=duration_ms", 50),
+        ("runs, sort duration, shortest", "/runs?sort=duration_ms&order=asc", 50),
+        ("runs, sort steps", "/runs?sort=step_count", 50),
+        ("runs, sort tokens", "/runs?sort=tokens", 50),
+        ("runs, sort tokens, fewest", "/runs?sort=tokens&order=asc", 50),
+        ("runs, sort duration, one agent", "/runs?sort=duration_ms&agent_name=agent-coder", 50),
+        ("runs, sort steps, rarest agent", f"/runs?sort=step_count&agent_name={rarest}", 50),
         ("runs, metadata user (top)", "/runs?metadata=user_id=user-0", 50),
         ("runs, metadata user (rare)", "/runs?metadata=user_id=user-40000", 50),
         (

@@ -7,16 +7,21 @@ in that order (its sort value, started_at and id) and the sort it belongs to,
 so pages neither repeat nor skip runs while new ones arrive. Runs without a
 value (duration_ms of a run still going) come last in either order.
 
-By started_at the page is one range scan of agent_runs_recent_idx, forwards or
-backwards; other sorts sort the runs that pass the filters (a window keeps
-that small).
+Every sort reads its page in the order of an index, forwards or backwards:
+started_at agent_runs_recent_idx, cost_usd and agent_name theirs. The indexes of
+duration, steps and tokens hold only some runs (migration 0028: the writes of runs
+still going would pay for them otherwise), so their pages are read in two parts
+(SPLITS): by duration, the runs with one, then, once those are all listed, the
+runs without; by steps or tokens, the ended runs' page off the index merged with
+the page of the runs still going, which are sorted (the reaper ends runs silent
+for an hour, by default, so they are not many).
 """
 
 from __future__ import annotations
 
 import json
 import uuid
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, NamedTuple
 
 from aiohttp import web
 from msgspec import Meta
@@ -48,9 +53,33 @@ SORTS: dict[str, tuple[str, str, bool]] = {
     "tokens": ("(input_tokens + output_tokens)", "int8", False),
     "agent_name": ("agent_name", "text", False),
 }
-# The sorts an index of agent_runs reads in order (migration 0012); the others sort
-# every run that passes the filters.
+# The sorts an index of agent_runs reads in order for every run (0002, 0012).
 INDEXED_SORTS = ("started_at", "cost_usd", "agent_name")
+
+
+class Split(NamedTuple):
+    """A sort whose index (0028) holds the runs that pass ``indexed``; the ``rest`` are
+    read in parts, each of which another index finds."""
+
+    indexed: str
+    rest: tuple[str, ...]
+    rest_last: bool  # the rest come after the indexed runs (else their values interleave)
+
+
+SPLITS = {
+    # Runs without a duration are those still going, and any that ended without one
+    # (loaded by hand, say: few, and an index of their own).
+    "duration_ms": Split(
+        "duration_ms IS NOT NULL",
+        (
+            "duration_ms IS NULL AND ended_at IS NULL",
+            "duration_ms IS NULL AND ended_at IS NOT NULL",
+        ),
+        rest_last=True,
+    ),
+    "step_count": Split("ended_at IS NOT NULL", ("ended_at IS NULL",), rest_last=False),
+    "tokens": Split("ended_at IS NOT NULL", ("ended_at IS NULL",), rest_last=False),
+}
 ORDERS = ("desc", "asc")
 SortName = Literal[tuple(SORTS)]  # type: ignore[valid-type]
 
@@ -193,12 +222,23 @@ def _checked(text: str, kind: str) -> str:
     return text
 
 
+class After(NamedTuple):
+    """The condition for the runs after a cursor: among all runs, and among each part of
+    a split sort (Split.indexed, Split.rest), where it can be said without an OR that
+    would keep the index from starting at the cursor."""
+
+    whole: str
+    indexed: str
+    rest: str
+
+
 class Order:
     """The order of one request's runs: the ORDER BY, and the keyset after a cursor."""
 
     def __init__(self, sort: str, direction: str) -> None:
         self.sort, self.direction = sort, direction
         self.expression, self.type, self.nullable = SORTS[sort]
+        self.split = SPLITS.get(sort)
         # started_at is its own tie-breaker.
         self.keys = ("started_at", "id") if sort == "started_at" else ("value", "started_at", "id")
 
@@ -211,7 +251,13 @@ class Order:
         nulls = " NULLS LAST" if self.nullable else ""
         return f"{sort_value or self.expression} {way}{nulls}, started_at {way}, id {way}"
 
-    def after(self, cursor: list[str], args: dict[str, Any]) -> str:
+    def by_value(self) -> str:
+        """The ORDER BY of runs that all have a value, as their index reads it (its
+        NULLS FIRST, backwards NULLS LAST, says nothing then)."""
+        way = self.direction.upper()
+        return f"{self.expression} {way}, started_at {way}, id {way}"
+
+    def after(self, cursor: list[str], args: dict[str, Any]) -> After:
         """The condition for rows after the cursor, whose values go into ``args``."""
         tag, value, started, run_id = cursor
         if tag != f"{self.sort}:{self.direction}":
@@ -222,15 +268,17 @@ class Order:
         beyond = "<" if self.direction == "desc" else ">"
         ties = f"(started_at, id) {beyond} (%(c_started)s::timestamptz, %(c_id)s::uuid)"
         if self.sort == "started_at":
-            return ties
+            return After(ties, ties, ties)
         if value == "null":  # the cursor is among the runs without a value: the last ones
-            return f"({self.expression} IS NULL AND {ties})"
+            return After(f"({self.expression} IS NULL AND {ties})", "FALSE", ties)
         args["c_value"] = _checked(value.removeprefix("v:"), self.type)
         later = (
             f"({self.expression}, started_at, id) {beyond} "
             f"(%(c_value)s::{self.type}, %(c_started)s::timestamptz, %(c_id)s::uuid)"
         )
-        return f"({later} OR {self.expression} IS NULL)" if self.nullable else later
+        if self.nullable:  # (then every run without a value comes after the cursor)
+            return After(f"({later} OR {self.expression} IS NULL)", later, "TRUE")
+        return After(later, later, later)
 
     def cursor_of(self, row: dict[str, Any]) -> str:
         value = row["sort_value"]
@@ -242,12 +290,37 @@ class Order:
         )
 
 
-def _page(order: Order, where: list[str]) -> str:
-    """The page of the runs that pass ``where``, in ``order``."""
+def _select(order: Order, where: list[str], order_by: str) -> str:
+    """The first %(limit)s runs that pass ``where``, in ``order_by``."""
     return (
         f"SELECT {RUN_FIELDS}, metadata, {order.expression} AS sort_value FROM agent_runs "
-        f"WHERE {' AND '.join(where)} ORDER BY {order.order_by()} LIMIT %(limit)s"
+        f"WHERE {' AND '.join(where)} ORDER BY {order_by} LIMIT %(limit)s"
     )
+
+
+def _merged(order: Order, parts: list[list[str]], inner: str, outer: str) -> str:
+    """The first %(limit)s runs of the ``parts`` (each a WHERE, read in ``inner``
+    order), together in ``outer`` order."""
+    if len(parts) == 1:
+        return _select(order, parts[0], inner)
+    selects = " UNION ALL ".join(f"({_select(order, part, inner)})" for part in parts)
+    return f"SELECT * FROM ({selects}) AS agent_runs ORDER BY {outer} LIMIT %(limit)s"
+
+
+def page_statements(order: Order, where: list[str], after: After | None) -> list[str]:
+    """The statements that read the page of the runs that pass ``where`` (and come
+    after the cursor, if ``after``), in ``order``: each one's rows follow the last's,
+    and the next is needed only while the page is short."""
+    split = order.split
+    if split is None:
+        return [_select(order, where + ([after.whole] if after else []), order.order_by())]
+    indexed = [*where, split.indexed, *([after.indexed] if after else [])]
+    rest = [[*where, part, *([after.rest] if after else [])] for part in split.rest]
+    if split.rest_last:  # (their value is NULL: in order of start)
+        way = order.direction.upper()
+        by_start = f"started_at {way}, id {way}"
+        return [_select(order, indexed, order.by_value()), _merged(order, rest, by_start, by_start)]
+    return [_merged(order, [indexed, *rest], order.by_value(), order.order_by("sort_value"))]
 
 
 @routes.get(
@@ -285,23 +358,30 @@ async def list_runs(request: web.Request) -> web.Response:
     correlated = run_containment.correlated(where, args)
     after = None
     if (cursor := params.decode_cursor(request, 4)) is not None:
-        where.append(after := order.after(cursor, args))
+        after = order.after(cursor, args)
     async with (
         request.app[appkeys.POOL].connection() as conn,
         conn.cursor(row_factory=dict_row) as cur,
     ):
-        rows = None
+        rows: list[dict[str, Any]] | None = None
         if correlated:  # tags or metadata among other conditions (run_containment.py)
-            # (a walk in the list's order is cheap where an index reads runs in it)
+            # (a walk in the list's order is cheap where an index reads every run in it)
             walk = order.order_by() if order.sort in INDEXED_SORTS else None
-            passing = await run_containment.passing_runs(conn, where, after, walk, args)
+            whole = after.whole if after else None
+            passing = await run_containment.passing_runs(
+                conn, where + ([whole] if whole else []), whole, walk, args
+            )
             if passing == []:
                 rows = []
             elif passing is not None:
                 where.append("id = ANY(%(passing)s)")
                 args["passing"] = passing
         if rows is None:
-            rows = await (await cur.execute(_page(order, where), args)).fetchall()
+            rows = []
+            for sql in page_statements(order, where, after):
+                rows += await (await cur.execute(sql, args)).fetchall()
+                if len(rows) >= args["limit"]:
+                    break
     next_cursor = None
     if len(rows) > limit:
         rows = rows[:limit]

@@ -5,16 +5,21 @@ million runs. The pages must be what sorting every run gives, cursor after curso
 
 from __future__ import annotations
 
+import time
 import uuid
+from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
+import aiohttp
 import psycopg
 import pytest
-from conftest import make_project
+from conftest import Api, create_database, drop_database, make_project, make_settings
 from psycopg.rows import dict_row
 from test_run_calls import rows_touched
+from test_run_explorer_api import finish, ok, start, steps
 
+from keelwave.server.app import create_app
 from keelwave.server.query import run_containment
 from keelwave.server.query.run_list import SPLITS, Order, page_statements
 
@@ -124,3 +129,53 @@ def test_sorted_pages_read_an_index_not_every_run(listed, sort, way):
             touched = sum(rows_touched(plan) for plan in plans)
             # The page, its child counts, the runs still going: not the 20,000 finished.
             assert touched < 4 * (LIMIT + GOING), (start, touched, plans)
+
+
+@pytest.fixture
+def new_db_url(template_database: str) -> Iterator[str]:
+    """A database as the first `keelwave serve` finds it: migrated, empty, never analysed."""
+    name = f"kw_new_{uuid.uuid4().hex[:12]}"
+    yield create_database(name, template=template_database)
+    drop_database(name)
+
+
+async def test_ingest_never_reads_the_sorts_indexes(new_db_url, aiohttp_server):
+    """The writer's lookups of runs by id (is this run ended?) must not be answered from
+    a sort's index, which holds a project's ended runs in another order: the planner
+    took one for cheaper than the id index while the tables were new (its prepared
+    plans last as long as its connections, or until the next ANALYZE), and read every
+    ended run of the project for each lookup (the agent-shaped flush cost twice as
+    much in bench/flush_cost.py). The sorts' indexes hold runs with a duration."""
+    project = make_project(new_db_url)
+    server = await aiohttp_server(create_app(make_settings(max_body_bytes=64 * 1024), new_db_url))
+    async with aiohttp.ClientSession() as session:
+        api = Api(str(server.make_url("")).rstrip("/"), session)
+        for n in range(40):
+            run = await start(api, project, "agent", n)
+            for batch in range(2):
+                specs = [{"step_index": 1 + batch * 5 + i, "tool_name": "search",
+                          "tool_input": {"q": f"{n} {batch} {i}"}} for i in range(5)]  # fmt: skip
+                await steps(api, project, run, *specs)
+            call = {"provider": "openai", "model": "m", "run_id": run, "input_tokens": 10}
+            await ok(api, "/v1/ingest/ai", call, project)
+            await finish(api, project, run, n + 1)
+    await server.close()
+    with psycopg.connect(new_db_url, autocommit=True) as conn:
+        # A backend's statistics are in once it has exited: wait for the server's.
+        while True:
+            others = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            ).fetchone()[0]
+            if not others:
+                break
+            time.sleep(0.05)  # (pytest's timeout ends a wait that never does)
+        conn.execute("SELECT pg_stat_clear_snapshot()")
+        scans = dict(
+            conn.execute(
+                "SELECT indexrelname, idx_scan FROM pg_stat_user_indexes "
+                "WHERE indexrelname = ANY(%s)",
+                ([f"agent_runs_{name}_idx" for name in ("duration", "steps", "tokens")],),
+            ).fetchall()
+        )
+    assert scans and set(scans.values()) == {0}, scans

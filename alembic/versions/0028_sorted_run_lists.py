@@ -12,15 +12,20 @@ index since 0012; these give the other three theirs, each holding only the runs
 whose value no longer changes much, so that the writes of runs still going, which
 update a run's counters several times, do not pay for them:
 
-* ``agent_runs_duration_idx``: runs with a duration (a run has one once it has
-  ended). Runs without one come last in either order (docs/api.md), read after the
-  others: those still going from ``agent_runs_unfinished_idx`` (0002), and those
-  that ended without one (loaded by hand, say) from
-  ``agent_runs_ended_without_duration_idx``, which holds no other run.
-* ``agent_runs_steps_idx`` and ``agent_runs_tokens_idx`` (input + output): runs
-  that have ended. The page of runs still going is read from
-  ``agent_runs_unfinished_idx`` (0002) and merged with the page read off these
-  (query/run_list.py).
+* ``agent_runs_duration_idx``, ``agent_runs_steps_idx`` and ``agent_runs_tokens_idx``
+  (input + output): runs with a duration, which a run has once it has ended. Runs
+  without one are read apart (query/run_list.py): those still going from
+  ``agent_runs_unfinished_idx`` (0002), and those that ended without one (loaded by
+  hand, say) from ``agent_runs_ended_without_duration_idx``, which holds no other
+  run. By duration they come last in either order (docs/api.md); by steps or tokens
+  they are merged with the page read off the index.
+
+Why runs with a duration rather than ended runs, for steps and tokens: the writer
+asks whether the runs of a batch have ended (statements.CHECK_DIRECT_COPY, by id,
+among ``ended_at IS NOT NULL``), and an index of ended runs with the id as its last
+column serves that condition too. While the tables were new the planner found it
+cheaper than the id index and read every ended run of the project for each lookup,
+in the plans a connection keeps until the next ANALYZE (tests/test_run_list_plans.py).
 
 Built in one transaction (alembic's), so on a large agent_runs the upgrade holds
 writes to it while they build (a few seconds each per million runs).
@@ -39,8 +44,8 @@ depends_on = None
 # query/run_list.py's, written the same way, so the planner can tell they serve it.
 INDEXES = (
     ("agent_runs_duration_idx", "duration_ms", "duration_ms IS NOT NULL"),
-    ("agent_runs_steps_idx", "step_count", "ended_at IS NOT NULL"),
-    ("agent_runs_tokens_idx", "(input_tokens + output_tokens)", "ended_at IS NOT NULL"),
+    ("agent_runs_steps_idx", "step_count", "duration_ms IS NOT NULL"),
+    ("agent_runs_tokens_idx", "(input_tokens + output_tokens)", "duration_ms IS NOT NULL"),
 )
 WITHOUT_DURATION = "agent_runs_ended_without_duration_idx"
 

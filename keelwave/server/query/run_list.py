@@ -11,10 +11,11 @@ Every sort reads its page in the order of an index, forwards or backwards:
 started_at agent_runs_recent_idx, cost_usd and agent_name theirs. The indexes of
 duration, steps and tokens hold only some runs (migration 0028: the writes of runs
 still going would pay for them otherwise), so their pages are read in two parts
-(SPLITS): by duration, the runs with one, then, once those are all listed, the
-runs without; by steps or tokens, the ended runs' page off the index merged with
-the page of the runs still going, which are sorted (the reaper ends runs silent
-for an hour, by default, so they are not many).
+(SPLITS), as the runs with a duration (those that ended) and those without: by
+duration, the ones, then, once those are all listed, the others; by steps or
+tokens, the ended runs' page off the index merged with the page of the runs still
+going, which are sorted (the reaper ends runs silent for an hour, by default, so
+they are not many).
 """
 
 from __future__ import annotations
@@ -66,19 +67,20 @@ class Split(NamedTuple):
     rest_last: bool  # the rest come after the indexed runs (else their values interleave)
 
 
+# Ended runs have a duration; the runs without one are those still going (found by
+# agent_runs_unfinished_idx) and any that ended without one (loaded by hand, say: few,
+# in an index of their own). The sorts' indexes hold runs *with a duration*, not ended
+# runs: the writer looks runs up by id among ended ones (is this run over?), and the
+# planner would take an index of ended runs for that lookup (0028's docstring).
+_WITH_DURATION = "duration_ms IS NOT NULL"
+_WITHOUT_DURATION = (
+    "duration_ms IS NULL AND ended_at IS NULL",
+    "duration_ms IS NULL AND ended_at IS NOT NULL",
+)
 SPLITS = {
-    # Runs without a duration are those still going, and any that ended without one
-    # (loaded by hand, say: few, and an index of their own).
-    "duration_ms": Split(
-        "duration_ms IS NOT NULL",
-        (
-            "duration_ms IS NULL AND ended_at IS NULL",
-            "duration_ms IS NULL AND ended_at IS NOT NULL",
-        ),
-        rest_last=True,
-    ),
-    "step_count": Split("ended_at IS NOT NULL", ("ended_at IS NULL",), rest_last=False),
-    "tokens": Split("ended_at IS NOT NULL", ("ended_at IS NULL",), rest_last=False),
+    "duration_ms": Split(_WITH_DURATION, _WITHOUT_DURATION, rest_last=True),
+    "step_count": Split(_WITH_DURATION, _WITHOUT_DURATION, rest_last=False),
+    "tokens": Split(_WITH_DURATION, _WITHOUT_DURATION, rest_last=False),
 }
 ORDERS = ("desc", "asc")
 SortName = Literal[tuple(SORTS)]  # type: ignore[valid-type]

@@ -164,8 +164,8 @@ async def test_ingest_never_reads_the_sorts_indexes(new_db_url, aiohttp_server):
         # A backend's statistics are in once it has exited: wait for the server's.
         while True:
             others = conn.execute(
-                "SELECT count(*) FROM pg_stat_activity "
-                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND backend_type = 'client backend' AND pid <> pg_backend_pid()"
             ).fetchone()[0]
             if not others:
                 break

@@ -12,10 +12,10 @@ started_at agent_runs_recent_idx, cost_usd and agent_name theirs. The indexes of
 duration, steps and tokens hold only some runs (migration 0028: the writes of runs
 still going would pay for them otherwise), so their pages are read in two parts
 (SPLITS), as the runs with a duration (those that ended) and those without: by
-duration, the ones, then, once those are all listed, the others; by steps or
-tokens, the ended runs' page off the index merged with the page of the runs still
-going, which are sorted (the reaper ends runs silent for an hour, by default, so
-they are not many).
+duration, those with one, then, once they are all listed, those without; by steps
+or tokens, the ended runs' page off the index merged with the page of the runs
+still going, which are sorted (the reaper ends runs silent for an hour, by
+default, so they are not many).
 """
 
 from __future__ import annotations

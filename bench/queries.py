@@ -164,6 +164,8 @@ async def measure(url: str, key: str, long_run: str, repeat: int) -> list[tuple]
             ("runs first page", f"{base}/runs", 50),
             ("runs, one agent", f"{base}/runs?agent_name=agent-coder", 50),
             ("runs, looping", f"{base}/runs?loop_detected=true", 50),
+            ("runs, longest first", f"{base}/runs?sort=duration_ms", 50),
+            ("runs, most tokens first", f"{base}/runs?sort=tokens", 50),
             ("loops, 1000-step run", f"{base}/runs/{long_run}/loops", 10),
             ("steps, 1000-step run", f"{base}/runs/{long_run}/steps", None),
             ("tools 24h", f"{base}/tools?window=24h", 200),

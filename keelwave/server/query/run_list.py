@@ -11,8 +11,8 @@ Every sort reads its page in the order of an index, forwards or backwards:
 started_at agent_runs_recent_idx, cost_usd and agent_name theirs. The indexes of
 duration, steps and tokens hold only some runs (migration 0028: the writes of runs
 still going would pay for them otherwise), so their pages are read in two parts
-(SPLITS), as the runs with a duration (those that ended) and those without: by
-duration, those with one, then, once they are all listed, those without; by steps
+(SPLIT_SORTS), as the runs with a duration (those that ended) and those without:
+by duration, those with one, then, once they are all listed, those without; by steps
 or tokens, the ended runs' page off the index merged with the page of the runs
 still going, which are sorted (the reaper ends runs silent for an hour, by
 default, so they are not many).
@@ -56,32 +56,19 @@ SORTS: dict[str, tuple[str, str, bool]] = {
 }
 # The sorts an index of agent_runs reads in order for every run (0002, 0012).
 INDEXED_SORTS = ("started_at", "cost_usd", "agent_name")
-
-
-class Split(NamedTuple):
-    """A sort whose index (0028) holds the runs that pass ``indexed``; the ``rest`` are
-    read in parts, each of which another index finds."""
-
-    indexed: str
-    rest: tuple[str, ...]
-    rest_last: bool  # the rest come after the indexed runs (else their values interleave)
-
-
-# Ended runs have a duration; the runs without one are those still going (found by
-# agent_runs_unfinished_idx) and any that ended without one (loaded by hand, say: few,
-# in an index of their own). The sorts' indexes hold runs *with a duration*, not ended
-# runs: the writer looks runs up by id among ended ones (is this run over?), and the
-# planner would take an index of ended runs for that lookup (0028's docstring).
-_WITH_DURATION = "duration_ms IS NOT NULL"
-_WITHOUT_DURATION = (
+# The sorts whose index (0028) holds only the runs with a duration: their pages are
+# read as those runs and the others. Ended runs have a duration; the runs without one
+# are those still going (found by agent_runs_unfinished_idx) and any that ended without
+# one (loaded by hand, say: few, in an index of their own). Not ended runs: the writer
+# looks runs up by id among ended ones (is this run over?), and the planner would take
+# an index of ended runs for that lookup (0028's docstring).
+SPLIT_SORTS = ("duration_ms", "step_count", "tokens")
+WITH_DURATION = "duration_ms IS NOT NULL"
+WITHOUT_DURATION = (
     "duration_ms IS NULL AND ended_at IS NULL",
     "duration_ms IS NULL AND ended_at IS NOT NULL",
 )
-SPLITS = {
-    "duration_ms": Split(_WITH_DURATION, _WITHOUT_DURATION, rest_last=True),
-    "step_count": Split(_WITH_DURATION, _WITHOUT_DURATION, rest_last=False),
-    "tokens": Split(_WITH_DURATION, _WITHOUT_DURATION, rest_last=False),
-}
+
 ORDERS = ("desc", "asc")
 SortName = Literal[tuple(SORTS)]  # type: ignore[valid-type]
 
@@ -226,7 +213,7 @@ def _checked(text: str, kind: str) -> str:
 
 class After(NamedTuple):
     """The condition for the runs after a cursor: among all runs, and among each part of
-    a split sort (Split.indexed, Split.rest), where it can be said without an OR that
+    a split sort (WITH_DURATION, WITHOUT_DURATION), where it can be said without an OR that
     would keep the index from starting at the cursor."""
 
     whole: str
@@ -240,7 +227,7 @@ class Order:
     def __init__(self, sort: str, direction: str) -> None:
         self.sort, self.direction = sort, direction
         self.expression, self.type, self.nullable = SORTS[sort]
-        self.split = SPLITS.get(sort)
+        self.split = sort in SPLIT_SORTS
         # started_at is its own tie-breaker.
         self.keys = ("started_at", "id") if sort == "started_at" else ("value", "started_at", "id")
 
@@ -313,12 +300,11 @@ def page_statements(order: Order, where: list[str], after: After | None) -> list
     """The statements that read the page of the runs that pass ``where`` (and come
     after the cursor, if ``after``), in ``order``: each one's rows follow the last's,
     and the next is needed only while the page is short."""
-    split = order.split
-    if split is None:
+    if not order.split:
         return [_select(order, where + ([after.whole] if after else []), order.order_by())]
-    indexed = [*where, split.indexed, *([after.indexed] if after else [])]
-    rest = [[*where, part, *([after.rest] if after else [])] for part in split.rest]
-    if split.rest_last:  # (their value is NULL: in order of start)
+    indexed = [*where, WITH_DURATION, *([after.indexed] if after else [])]
+    rest = [[*where, part, *([after.rest] if after else [])] for part in WITHOUT_DURATION]
+    if order.nullable:  # duration: the rest's is NULL, last in either order, by start
         way = order.direction.upper()
         by_start = f"started_at {way}, id {way}"
         return [_select(order, indexed, order.by_value()), _merged(order, rest, by_start, by_start)]

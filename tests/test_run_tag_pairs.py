@@ -1,0 +1,164 @@
+"""Lists by two tags or more, each common and their combination rare: read by the pairs
+of tags each run has (migration 0029), not by every run each tag is on. Before, proving
+that no run has both ``prod`` and ``staging`` meant decoding both tags' lists from the
+tags' GIN index: most of the project's runs (70–85 ms on 2.5 million runs)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import uuid
+from typing import Any
+
+import psycopg
+import pytest
+from conftest import ON_CITUS, Api, Project, make_project
+from test_run_calls import rows_touched
+from test_run_explorer_api import all_pages, start
+
+from keelwave.server.query import run_containment
+
+# Tags on purpose: pairs across the PAIRED_UP_TO boundary (runs with 8, 9 and 10 tags,
+# read by the other index), repeated tags, and two tags whose pairs make the same key
+# ("a\x1fb" with "c", "a" with "b\x1fc").
+_BIG = [f"t{n}" for n in range(10)]
+TAGGED = [
+    ["prod", "eu"],
+    ["prod", "eu", "prod"],
+    ["staging", "eu"],
+    ["prod"],
+    ["staging"],
+    [],
+    ["prod", "v2", "eu"],
+    ["staging", "v2"],
+    ["a\x1fb", "c"],
+    ["a", "b\x1fc"],
+    ["prod", "staging", *_BIG[:6]],  # 8 tags: paired
+    ["prod", "staging", *_BIG[:7]],  # 9: not paired
+    ["prod", "v2", *_BIG[:8]],  # 10
+    _BIG[:8],
+]
+VOCABULARY = sorted({tag for tags in TAGGED for tag in tags} | {"nope"})
+
+
+@pytest.fixture
+async def tagged(api: Api, project: Project, monkeypatch) -> list[tuple[str, set[str]]]:
+    """The runs above, stored through the API; and the list made to read every
+    combination by its pairs: no value is rare (RARE 0) and the walk (one run) never
+    finds a page."""
+    monkeypatch.setattr(run_containment, "WALKED", 1)
+    monkeypatch.setattr(run_containment, "RARE", 0.0)
+    runs = []
+    for n, tags in enumerate(TAGGED):
+        runs.append((await start(api, project, "agent", n, tags=tags), set(tags)))
+    return runs
+
+
+async def test_every_combination_of_tags_keeps_exactly_the_runs_with_all(api, project, tagged):
+    newest_first = [run_id for run_id, _ in reversed(tagged)]
+    combinations = [
+        *itertools.combinations(VOCABULARY, 2),
+        *itertools.combinations(["prod", "staging", "eu", "v2", "t0", "t7"], 3),
+        ("prod", "staging", *_BIG[:6]),
+        ("prod", "prod", "eu"),
+        ("eu", "eu"),
+    ]
+    for wanted in combinations:
+        rows = await all_pages(api, project, limit=3, tag=list(wanted))
+        expected = [run_id for run_id in newest_first if set(wanted) <= dict(tagged)[run_id]]
+        assert [row["id"] for row in rows] == expected, wanted
+
+
+async def test_a_tag_with_the_pairs_separator_matches_only_itself(api, project, tagged):
+    """U+001F joins a pair's two tags: ``a\\x1fb`` with ``c`` and ``a`` with ``b\\x1fc``
+    make one key, and each run must still pass only its own tags."""
+    by_tags = {frozenset(tags): run_id for run_id, tags in tagged}
+    rows = await all_pages(api, project, tag=["a\x1fb", "c"])
+    assert [row["id"] for row in rows] == [by_tags[frozenset({"a\x1fb", "c"})]]
+    rows = await all_pages(api, project, tag=["a", "b\x1fc"])
+    assert [row["id"] for row in rows] == [by_tags[frozenset({"a", "b\x1fc"})]]
+
+
+# -- the plan, on a project of realistic size ------------------------------------------
+
+RUNS = 20_000
+
+
+@pytest.fixture(scope="module")
+def environments(db_url: str) -> tuple[str, uuid.UUID, dict[str, str], list[uuid.UUID]]:
+    """A project whose runs are 70% in prod and 25% in staging, never both (one run in
+    a thousand carries both among ten tags), 40% on v2; its own tag names, so other
+    tests' runs in the database do not count. Analysed, as autovacuum would."""
+    project = uuid.UUID(make_project(db_url).id)
+    suffix = uuid.uuid4().hex[:8]
+    names = {tag: f"{tag}-{suffix}" for tag in ("prod", "staging", "v2", "extra")}
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute(
+            """
+            INSERT INTO agent_runs (project_id, id, agent_name, started_at, last_activity_at, tags)
+            SELECT %(project)s, md5(%(suffix)s || n)::uuid, 'agent',
+                   timestamptz '2026-11-01' + make_interval(secs => n), now(),
+                   CASE WHEN n %% 1000 = 0
+                        THEN ARRAY[%(prod)s, %(staging)s] || array(
+                             SELECT %(extra)s || k FROM generate_series(1, 8) k)
+                        ELSE array_remove(ARRAY[
+                             CASE WHEN n %% 20 < 14 THEN %(prod)s
+                                  WHEN n %% 20 < 19 THEN %(staging)s END,
+                             CASE WHEN n %% 5 < 2 THEN %(v2)s END], NULL) END
+            FROM generate_series(1, %(runs)s) n
+            """,
+            {"project": project, "suffix": suffix, "runs": RUNS, **names},
+        )
+        conn.execute("ANALYZE agent_runs")
+        both = [
+            run_id
+            for (run_id,) in conn.execute(
+                "SELECT id FROM agent_runs WHERE project_id = %s AND tags @> %s "
+                "ORDER BY started_at DESC, id DESC",
+                (project, [names["prod"], names["staging"]]),
+            )
+        ]
+    return db_url, project, names, both
+
+
+@pytest.mark.skipif(ON_CITUS, reason="on Citus the coordinator's plan holds no shard's scans")
+async def test_two_common_tags_never_together_are_found_by_their_pair(environments):
+    """``passing_runs`` as the list calls it, every statement's plan captured with
+    auto_explain: after the walk (which finds each tag common), the pairs' index and
+    the many tags' index answer, never the tags' own index."""
+    db_url, project, names, both = environments
+    plans: list[dict[str, Any]] = []
+
+    def captured(diagnostic: psycopg.errors.Diagnostic) -> None:
+        text = diagnostic.message_primary or ""
+        if text.startswith("duration:") and "{" in text:
+            plans.append(json.loads(text[text.index("{") :])["Plan"])
+
+    async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as conn:
+        conn.add_notice_handler(captured)
+        for setting in (
+            "auto_explain.log_min_duration = 0",
+            "auto_explain.log_analyze = on",
+            "auto_explain.log_format = json",
+            "auto_explain.log_level = notice",
+        ):
+            await conn.execute("LOAD 'auto_explain'")
+            await conn.execute(f"SET {setting}")
+        tags = [names["prod"], names["staging"]]
+        args: dict[str, Any] = {"project": project, "tags": tags, "limit": 51}
+        where = [run_containment.PROJECT, run_containment.TAGS]
+        found = await run_containment.passing_runs(
+            conn, where, None, "started_at DESC, id DESC", args
+        )
+    assert found is not None and set(found) == set(both) and len(both) == RUNS // 1000
+    indexes = [name for plan in plans for name in _indexes(plan)]
+    assert "agent_runs_tags_idx" not in indexes, plans
+    [by_pairs] = [plan for plan in plans if "agent_runs_tag_pairs_idx" in _indexes(plan)]
+    # The runs with both tags (20) and their heap rows; not the 19,000 runs that the
+    # two tags' own lists hold.
+    assert rows_touched(by_pairs) < 10 * len(both), by_pairs
+
+
+def _indexes(plan: dict[str, Any]) -> list[str]:
+    own = [plan["Index Name"]] if "Index Name" in plan else []
+    return own + [name for child in plan.get("Plans", []) for name in _indexes(child)]

@@ -29,6 +29,8 @@ a minute per million such runs, holding writes to agent_runs meanwhile.
 
 from __future__ import annotations
 
+from sqlalchemy import text
+
 from alembic import op
 
 revision = "0029"
@@ -61,7 +63,16 @@ def upgrade() -> None:
     )
 
 
+def on_citus() -> bool:
+    found = op.get_bind().execute(text("SELECT 1 FROM pg_extension WHERE extname = 'citus'"))
+    return found.first() is not None
+
+
 def downgrade() -> None:
+    if on_citus():
+        # Citus drops a function over one connection per node, which a transaction that
+        # has dropped the indexes over several (one per shard) no longer can.
+        op.execute("SET LOCAL citus.multi_shard_modify_mode TO 'sequential'")
     op.execute("DROP INDEX IF EXISTS agent_runs_many_tags_idx")
     op.execute("DROP INDEX IF EXISTS agent_runs_tag_pairs_idx")
     op.execute("DROP FUNCTION IF EXISTS keelwave_tag_pairs(text[])")

@@ -13,10 +13,11 @@ same run on the same connection: a transaction inserting one step with a plain
 INSERT (BEGIN, INSERT, COMMIT), the least a durable write costs.
 
 Shapes (rows as the routes build them, payloads from bench/workloads.py's pool):
-run start; one model call; 7 steps of a started run; the finish of a 20-step run;
-and a mixed flush as agent-shaped traffic makes them (a run start, 7 steps of
-another run, a model call, and a finish). The tool calls of finished runs that the
-writer leaves pending are folded in every FOLD_EVERY flushes, counted with them.
+run start (with one tag, and with four); one model call; 7 steps of a started run;
+the finish of a 20-step run; and a mixed flush as agent-shaped traffic makes them (a
+run start, 7 steps of another run, a model call, and a finish). The tool calls of
+finished runs that the writer leaves pending are folded in every FOLD_EVERY flushes,
+counted with them.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ STEPS_A_RUN = 20
 # their share of the fold counts in each flush's figure (100 finishes a second is what
 # bench/workloads.py's agent-shaped load reaches on 2 cores).
 FOLD_EVERY = 100
+FOUR_TAGS = ("prod", "eu-west", "v2", "team-search")
 
 
 async def fold(conn) -> None:
@@ -66,9 +68,9 @@ class Maker:
         self.pool = tool_pool(seed)
         self.rng = random.Random(seed)
 
-    def run(self, run_id: uuid.UUID) -> tuple:
+    def run(self, run_id: uuid.UUID, tags: tuple[str, ...] = ("bench",)) -> tuple:
         task = msgspec.Raw(json.dumps({"task": "summarise the open tickets"}).encode())
-        return (PROJECT, run_id, "support-triage", None, datetime.now(UTC), task, None, ["bench"])
+        return (PROJECT, run_id, "support-triage", None, datetime.now(UTC), task, None, list(tags))
 
     def step(self, run_id: uuid.UUID, index: int) -> tuple:
         tool, given, output = self.pool[self.rng.randrange(POOL_SIZE)]
@@ -122,6 +124,8 @@ async def measure(lane: Lane, flushes: int, seed: int) -> dict[str, float]:
     # Each shape: the batch of requests its n-th flush commits.
     shapes: dict[str, Callable[[int], list[Rows]]] = {
         "run start": lambda n: [_request(runs=[rows.run(uuid.uuid4())])],
+        # (four tags make six pairs in migration 0029's index)
+        "run start, 4 tags": lambda n: [_request(runs=[rows.run(uuid.uuid4(), FOUR_TAGS)])],
         "one model call": lambda n: [_request(calls=[rows.call(going[n])])],
         "7 steps": lambda n: [_request(steps=[rows.step(going[n], i) for i in range(1, 8)])],
         "finish (20 steps)": lambda n: [_request(finishes=[rows.finish(finishing[n])])],

@@ -15,7 +15,9 @@ as long as the runs that have both tags, empty here.
   byte order (``COLLATE "C"``, which no locale changes) joined by U+001F. Used on both
   sides, the runs' tags and the list's, so the two agree by construction. A tag may
   itself contain U+001F, so two pairs can make one key: the list checks the tags
-  themselves too (query/run_containment.py).
+  themselves too (query/run_containment.py). In PL/pgSQL, which a connection compiles
+  once: a SQL function with a query in its body is planned again by every statement
+  that stores a run, 100–150 µs a run start (bench/flush_cost.py).
 * ``agent_runs_tag_pairs_idx``: GIN over those pairs, for runs with 2 to
   PAIRED_UP_TO tags: a run with n tags has n(n-1)/2 pairs, and 64 tags (the most a
   run may have) would be 2,016 keys.
@@ -46,10 +48,21 @@ def upgrade() -> None:
     op.execute(
         """
         CREATE FUNCTION keelwave_tag_pairs(tags text[]) RETURNS text[]
-        LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
-            SELECT coalesce(array_agg(a || chr(31) || b), '{}')
-            FROM unnest(tags) AS a, unnest(tags) AS b
-            WHERE a COLLATE "C" < b COLLATE "C"
+        LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE AS $$
+        DECLARE
+            pairs text[] := '{}';
+            a text;
+            b text;
+        BEGIN
+            FOREACH a IN ARRAY tags LOOP
+                FOREACH b IN ARRAY tags LOOP
+                    IF a COLLATE "C" < b COLLATE "C" THEN
+                        pairs := pairs || (a || chr(31) || b);
+                    END IF;
+                END LOOP;
+            END LOOP;
+            RETURN pairs;
+        END
         $$
         """
     )

@@ -60,6 +60,9 @@ async def test_every_combination_of_tags_keeps_exactly_the_runs_with_all(api, pr
         *itertools.combinations(VOCABULARY, 2),
         *itertools.combinations(["prod", "staging", "eu", "v2", "t0", "t7"], 3),
         ("prod", "staging", *_BIG[:6]),
+        ("prod", "staging", *_BIG[:7]),  # more tags than any run paired has
+        ("prod", "v2", *_BIG[:8]),
+        ("prod", *(f"x{n}" for n in range(70))),  # (its 2,485 pairs are never made)
         ("prod", "prod", "eu"),
         ("eu", "eu"),
     ]

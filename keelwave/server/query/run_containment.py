@@ -193,11 +193,15 @@ async def runs_passing(
     indexed = rare or values
     checked = [value for value in values if value not in indexed]
     others = [condition for condition in where if not _contains(condition)]
-    if not rare and len(set(args.get("tags", ()))) > 1:
-        # The runs with few enough tags by their pairs, the others by their tags; the
-        # tags checked again, since two pairs can make one key (migration 0029).
+    tags = len(set(args.get("tags", ())))
+    if not rare and tags > 1:
+        # The runs with few enough tags by their pairs (none has more tags than that),
+        # the others by their tags; the tags checked again, since two pairs can make
+        # one key (migration 0029).
         by_metadata = _metadata_values(where)
-        sources = [others + [_PAIRED] + by_metadata, others + [_MANY_TAGS] + by_metadata]
+        sources = [others + [_MANY_TAGS] + by_metadata]
+        if tags <= PAIRED_UP_TO:
+            sources.insert(0, others + [_PAIRED] + by_metadata)
         checked = [TAGS]
     else:
         sources = [others + indexed]

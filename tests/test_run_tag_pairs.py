@@ -41,13 +41,22 @@ TAGGED = [
 VOCABULARY = sorted({tag for tags in TAGGED for tag in tags} | {"nope"})
 
 
-@pytest.fixture
-async def tagged(api: Api, project: Project, monkeypatch) -> list[tuple[str, set[str]]]:
+@pytest.fixture(params=["pairs", "others", "values"])
+async def tagged(api: Api, project: Project, monkeypatch, request) -> list[tuple[str, set[str]]]:
     """The runs above, stored through the API; and the list made to read every
-    combination by its pairs: no value is rare (RARE 0) and the walk (one run) never
-    finds a page."""
-    monkeypatch.setattr(run_containment, "WALKED", 1)
-    monkeypatch.setattr(run_containment, "RARE", 0.0)
+    combination the way the parameter names, whatever the walk found: by the pairs of
+    its tags, by the other conditions (the project's runs, every tag checked on
+    each), or by every value's index."""
+    real_walk = run_containment.walk
+
+    async def walk(*arguments, **keywords) -> run_containment.Walked:
+        walked = await real_walk(*arguments, **keywords)
+        return walked._replace(
+            passing=[], complete=False, common=False, rare=[],
+            rare_together=request.param == "pairs", rare_others=request.param == "others",
+        )  # fmt: skip
+
+    monkeypatch.setattr(run_containment, "walk", walk)
     runs = []
     for n, tags in enumerate(TAGGED):
         runs.append((await start(api, project, "agent", n, tags=tags), set(tags)))
@@ -91,7 +100,8 @@ RUNS = 20_000
 def environments(db_url: str) -> tuple[str, uuid.UUID, dict[str, str], list[uuid.UUID]]:
     """A project whose runs are 70% in prod and 25% in staging, never both (one run in
     a thousand carries both among ten tags), 40% on v2; its own tag names, so other
-    tests' runs in the database do not count. Analysed, as autovacuum would."""
+    tests' runs in the database do not count. 200 of its oldest runs are an agent's
+    that has not run since. Analysed, as autovacuum would."""
     project = uuid.UUID(make_project(db_url).id)
     suffix = uuid.uuid4().hex[:8]
     names = {tag: f"{tag}-{suffix}" for tag in ("prod", "staging", "v2", "extra")}
@@ -99,7 +109,8 @@ def environments(db_url: str) -> tuple[str, uuid.UUID, dict[str, str], list[uuid
         conn.execute(
             """
             INSERT INTO agent_runs (project_id, id, agent_name, started_at, last_activity_at, tags)
-            SELECT %(project)s, md5(%(suffix)s || n)::uuid, 'agent',
+            SELECT %(project)s, md5(%(suffix)s || n)::uuid,
+                   CASE WHEN n <= 2000 AND n %% 10 = 0 THEN 'rare' ELSE 'agent' END,
                    timestamptz '2026-11-01' + make_interval(secs => n), now(),
                    CASE WHEN n %% 1000 = 0
                         THEN ARRAY[%(prod)s, %(staging)s] || array(
@@ -124,12 +135,11 @@ def environments(db_url: str) -> tuple[str, uuid.UUID, dict[str, str], list[uuid
     return db_url, project, names, both
 
 
-@pytest.mark.skipif(ON_CITUS, reason="on Citus the coordinator's plan holds no shard's scans")
-async def test_two_common_tags_never_together_are_found_by_their_pair(environments):
-    """``passing_runs`` as the list calls it, every statement's plan captured with
-    auto_explain: after the walk (which finds each tag common), the pairs' index and
-    the many tags' index answer, never the tags' own index."""
-    db_url, project, names, both = environments
+async def _passing_runs(
+    db_url: str, where: list[str], args: dict[str, Any]
+) -> tuple[list | None, list[dict[str, Any]]]:
+    """``passing_runs`` as the list calls it (newest first), and the plan of each of
+    its statements, captured with auto_explain."""
     plans: list[dict[str, Any]] = []
 
     def captured(diagnostic: psycopg.errors.Diagnostic) -> None:
@@ -139,20 +149,28 @@ async def test_two_common_tags_never_together_are_found_by_their_pair(environmen
 
     async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as conn:
         conn.add_notice_handler(captured)
+        await conn.execute("LOAD 'auto_explain'")
         for setting in (
             "auto_explain.log_min_duration = 0",
             "auto_explain.log_analyze = on",
             "auto_explain.log_format = json",
             "auto_explain.log_level = notice",
         ):
-            await conn.execute("LOAD 'auto_explain'")
             await conn.execute(f"SET {setting}")
-        tags = [names["prod"], names["staging"]]
-        args: dict[str, Any] = {"project": project, "tags": tags, "limit": 51}
-        where = [run_containment.PROJECT, run_containment.TAGS]
         found = await run_containment.passing_runs(
-            conn, where, None, "started_at DESC, id DESC", args
+            conn, where, None, "started_at DESC, id DESC", {"limit": 51, **args}
         )
+    return found, plans
+
+
+@pytest.mark.skipif(ON_CITUS, reason="on Citus the coordinator's plan holds no shard's scans")
+async def test_two_common_tags_never_together_are_found_by_their_pair(environments):
+    """After the walk (which finds each tag common and the two rarely together), the
+    pairs' index and the many tags' index answer, never the tags' own index."""
+    db_url, project, names, both = environments
+    where = [run_containment.PROJECT, run_containment.TAGS]
+    args = {"project": project, "tags": [names["prod"], names["staging"]]}
+    found, plans = await _passing_runs(db_url, where, args)
     assert found is not None and set(found) == set(both) and len(both) == RUNS // 1000
     indexes = [name for plan in plans for name in _indexes(plan)]
     assert "agent_runs_tags_idx" not in indexes, plans
@@ -160,6 +178,31 @@ async def test_two_common_tags_never_together_are_found_by_their_pair(environmen
     # The runs with both tags (20) and their heap rows; not the 19,000 runs that the
     # two tags' own lists hold.
     assert rows_touched(by_pairs) < 10 * len(both), by_pairs
+
+
+@pytest.mark.skipif(ON_CITUS, reason="on Citus the coordinator's plan holds no shard's scans")
+@pytest.mark.parametrize("tags", [["prod"], ["prod", "v2"], ["staging", "v2"]])
+async def test_common_tags_beside_an_agent_rare_of_late_read_the_agents_runs(environments, tags):
+    """An agent none of the newest runs is, beside tags most runs have: its 200 runs
+    are read and their tags checked, not the tags' lists of 14,000 runs (on 2.5
+    million runs, a BitmapAnd of the agent's runs and the tags' took 114–170 ms, and
+    the pairs' index with the agent as a filter 3 s)."""
+    db_url, project, names, _ = environments
+    where = [run_containment.PROJECT, "agent_name = %(agent)s", run_containment.TAGS]
+    args = {"project": project, "agent": "rare", "tags": [names[tag] for tag in tags]}
+    found, plans = await _passing_runs(db_url, where, args)
+    with psycopg.connect(db_url) as conn:
+        expected = conn.execute(
+            "SELECT id FROM agent_runs WHERE project_id = %s AND agent_name = 'rare' "
+            "AND tags @> %s",
+            (project, args["tags"]),
+        ).fetchall()
+    assert found is not None and set(found) == {run_id for (run_id,) in expected}
+    indexes = [name for plan in plans for name in _indexes(plan)]
+    assert not {"agent_runs_tags_idx", "agent_runs_tag_pairs_idx"} & set(indexes), plans
+    # The walk's 2,000 runs (read twice, each counted by two nodes), the count of the
+    # agent's runs, and its 200 runs read: not a tag's list.
+    assert sum(rows_touched(plan) for plan in plans) < 14_000, plans
 
 
 def _indexes(plan: dict[str, Any]) -> list[str]:

@@ -18,15 +18,19 @@ So such a list is read like this, each step exact:
    condition. If they are a whole page, it is the page: no later run comes before
    them. If the walk saw every run of the project, those are all there is. The
    walk also tells how common each tag and metadata value is among the runs
-   walked that pass the other conditions.
+   walked that pass the other conditions, how common those are, and how common
+   the list's tags are together.
 2. If PLANNER_FROM or more of them passed, the runs that pass are not rare after
-   all, and the list is read as PostgreSQL plans it. Otherwise few runs pass: the
-   GIN indexes list up to LISTED of them, by the values the walk found rare (under
-   RARE of the runs walked), the others checked run by run; by all of them when
-   each alone is common and only together rare, two or more tags then by the pairs
-   they make (migration 0029): one key's list, where the tags' own lists are each
-   most of the project's runs (``tag=prod&tag=staging``: 70 ms to prove that no
-   run has both, on 2.5 million runs).
+   all, and the list is read as PostgreSQL plans it. Otherwise few runs pass, and
+   indexes list up to LISTED of them, by what the walk found rare, the rest checked
+   run by run: the values rare among the runs walked that pass the other conditions
+   (under RARE of them), by their GIN indexes; else the other conditions, if the
+   walk found them rare and at most OTHERS_UP_TO runs pass them (an agent that ran
+   little of late beside a tag most runs have: the agent's 10,000 runs, not the
+   tag's 700,000); else, for two tags or more that the walk found rarely together,
+   the pairs they make (migration 0029: one key's list, where each tag's own is
+   most of the project's runs; ``tag=prod&tag=staging``, which no run has, took 50–85
+   ms on 2.5 million runs to prove so from those); else every value's GIN index.
 
 The page is then read from the ids found. More than LISTED runs pass, and the list
 is read as PostgreSQL plans it: with that many, a page is not far. A single tag or
@@ -49,6 +53,9 @@ WALKED = 2_000
 PLANNER_FROM = 10
 RARE = 0.05
 LISTED = 2_000
+# The runs of rare other conditions read and checked run by run, rather than a common
+# value's list from its GIN index: 20,000 runs are about 30 ms.
+OTHERS_UP_TO = 20_000
 PROJECT = "project_id = %(project)s"  # (run_list.filters' first condition)
 TAGS = "tags @> %(tags)s::text[]"
 # Migration 0029's index of each run's pairs of tags holds runs with up to this many
@@ -104,6 +111,10 @@ class Walked(NamedTuple):
     complete: bool  # the walk saw every run of the project (past the cursor)
     common: bool  # PLANNER_FROM or more passed: not few after all
     rare: list[str]  # the values that under RARE of the runs walked that pass the rest pass
+    # Under RARE of the runs walked pass the other conditions (an agent's, say); and,
+    # for two tags or more, have every tag of the list.
+    rare_others: bool = False
+    rare_together: bool = False
 
 
 async def passing_runs(
@@ -127,15 +138,33 @@ async def passing_runs(
             return None
         order_by = None
     values = _values(where, args)
-    rare: list[str] = []
     if order_by is not None:
         walked = await walk(conn, where, values, cursor, order_by, args)
         if len(walked.passing) == args["limit"] or walked.complete:
             return walked.passing
         if walked.common:
             return None
-        rare = walked.rare
-    return await runs_passing(conn, where, values, args, rare)
+        return await runs_passing(conn, where, values, args, walked)
+    # No walk: tags alone are read by their pairs, which is never slower than by each
+    # tag's list; beside other conditions the pairs' list could be most runs, which the
+    # planner, estimating it small, would filter run by run (3 s on 2.5 million runs).
+    others = [c for c in where if c not in (PROJECT, cursor) and c != TAGS]
+    by_pairs = not others and len(set(args.get("tags", ()))) > 1
+    return await runs_passing(
+        conn, where, values, args, Walked([], False, False, [], False, by_pairs)
+    )
+
+
+async def _few(conn: AsyncConnection, others: list[str], args: dict[str, Any]) -> bool:
+    """Whether at most OTHERS_UP_TO runs pass the ``others`` conditions (the walk saw few
+    of them among the newest runs, but an agent may have run often before)."""
+    found = await conn.execute(
+        f"SELECT count(*) FROM (SELECT 1 FROM agent_runs WHERE {' AND '.join(others)} "
+        f"LIMIT {OTHERS_UP_TO + 1}) AS counted",
+        args,
+    )
+    (count,) = await found.fetchone()
+    return count <= OTHERS_UP_TO
 
 
 async def walk(
@@ -168,15 +197,24 @@ async def walk(
     if len(passing) == args["limit"]:
         return Walked(passing, False, True, [])
     # (each value only for the runs kept: a metadata condition costs a function call)
-    counts = ", ".join(f"count(*) FILTER (WHERE kept AND {value})" for value in values)
+    counts = [f"count(*) FILTER (WHERE kept AND {value})" for value in values]
+    tags = len(set(args.get("tags", ())))
+    together = f"count(*) FILTER (WHERE {TAGS})" if tags > 1 else "0"
     found = await conn.execute(
-        f"SELECT count(*), count(*) FILTER (WHERE kept), {counts} FROM ("
+        f"SELECT count(*), count(*) FILTER (WHERE kept), {together}, {', '.join(counts)} FROM ("
         f"SELECT tags, metadata, ({kept}) AS kept FROM {walked_runs} OFFSET 0) AS checked",
         args,
     )
-    walked, kept_runs, *passed = await found.fetchone()
+    walked, kept_runs, with_tags, *passed = await found.fetchone()
     rare = [value for value, count in zip(values, passed, strict=True) if count < RARE * kept_runs]
-    return Walked(passing, walked < WALKED, len(passing) >= PLANNER_FROM, rare)
+    return Walked(
+        passing,
+        walked < WALKED,
+        len(passing) >= PLANNER_FROM,
+        rare,
+        rare_others=rest != ["true"] and kept_runs < RARE * walked,
+        rare_together=tags > 1 and with_tags < RARE * walked,
+    )
 
 
 async def runs_passing(
@@ -184,17 +222,26 @@ async def runs_passing(
     where: list[str],
     values: list[str],
     args: dict[str, Any],
-    rare: list[str],
+    walked: Walked,
 ) -> list[uuid.UUID] | None:
-    """Step 2: the ids of the runs that pass ``where``, from the GIN indexes of the
-    ``rare`` ones of its ``values`` (of every value if none is, two tags or more by
-    their pairs), the others checked run by run behind a fence the planner does not
-    look through; None if more than LISTED."""
-    indexed = rare or values
-    checked = [value for value in values if value not in indexed]
+    """Step 2: the ids of the runs that pass ``where``, None if more than LISTED. Read
+    from the indexes of what the walk found rare, the rest checked run by run behind a
+    fence the planner does not look through: the rare ones of its ``values``; else the
+    other conditions (an agent's runs, say), if at most OTHERS_UP_TO runs pass them;
+    else two tags or more by their pairs, if the walk found them rarely together; else
+    every value."""
     others = [condition for condition in where if not _contains(condition)]
     tags = len(set(args.get("tags", ())))
-    if not rare and tags > 1:
+    checked: list[str] = []
+    if walked.rare:
+        sources = [others + walked.rare]
+        checked = [value for value in values if value not in walked.rare]
+    elif walked.rare_others and await _few(conn, others, args):
+        # (a tag on most runs, beside an agent that ran recently few: the agent's runs
+        # are fewer than the tag's list of them, 10,000 against 700,000)
+        sources = [others]
+        checked = values
+    elif walked.rare_together:
         # The runs with few enough tags by their pairs (none has more tags than that),
         # the others by their tags; the tags checked again, since two pairs can make
         # one key (migration 0029).
@@ -204,7 +251,7 @@ async def runs_passing(
             sources.insert(0, others + [_PAIRED] + by_metadata)
         checked = [TAGS]
     else:
-        sources = [others + indexed]
+        sources = [others + values]
     found = " UNION ALL ".join(
         f"SELECT id, tags, metadata FROM agent_runs WHERE {' AND '.join(source)}"
         for source in sources

@@ -180,7 +180,8 @@ async def walk(
     checked on those. A fixed number of runs whatever they are: walking until 5,000
     runs passed an agent's condition, in order of cost, read 115,000 runs (0.3 s).
     First the page, read until it is whole (most lists stop within a few hundred
-    runs); then, if it was not, how many of the runs walked each value passes."""
+    runs); then, if it was not, how many of the runs walked each value passes, how
+    many pass the other conditions, and how many have every tag of the list."""
     rest = [c for c in where if c not in (PROJECT, cursor) and not _contains(c)] or ["true"]
     walked_where = " AND ".join([PROJECT] + ([cursor] if cursor else []))
     walked_runs = (

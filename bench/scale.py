@@ -432,6 +432,7 @@ def endpoints(meta: dict) -> list[tuple[str, str, float | None]]:
         ("runs, staging + rarest agent", f"/runs?tag=staging&agent_name={rarest}", 50),
         ("runs, prod+v2 + rarest agent", f"/runs?tag=prod&tag=v2&agent_name={rarest}", 50),
         ("runs, no run has both, by steps", "/runs?tag=prod&tag=staging&sort=step_count", 50),
+        ("runs, staging+v2, by tokens", "/runs?tag=staging&tag=v2&sort=tokens", 50),
         ("runs, tool (common)", f"/runs?tool={TOOLS[0]}", 50),
         ("runs, tool (rarest)", f"/runs?tool={rarest_tool}", 50),
         ("runs, tool no step has", "/runs?tool=no_such_tool", 50),

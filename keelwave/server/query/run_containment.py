@@ -123,10 +123,14 @@ async def passing_runs(
     cursor: str | None,
     order_by: str | None,
     args: dict[str, Any],
+    in_list_order: bool = True,
 ) -> list[uuid.UUID] | None:
     """The ids of the runs the page is among (module docstring), or None: read it as
-    PostgreSQL plans it. ``order_by``: the list's order, if an index reads runs in it
-    (else no walk); ``cursor``: its condition in ``where``, if any."""
+    PostgreSQL plans it. ``order_by``: an order an index reads runs in (else no walk):
+    the list's, or with ``in_list_order`` false another (newest first), whose walk only
+    says what is rare and common, from the newest runs whatever the cursor (a cursor
+    in another order could leave few of them to walk, far into the project);
+    ``cursor``: the list's condition in ``where``, if any."""
     if run_tools.ANY_STEP in where:
         # A probe of each run (of a tool many runs call): Citus plans none beside the
         # walk's subquery, and in bitmaps only each would be a bitmap scan. No walk
@@ -138,11 +142,17 @@ async def passing_runs(
             return None
         order_by = None
     values = _values(where, args)
-    if order_by is not None:
+    if order_by is not None and in_list_order:
         walked = await walk(conn, where, values, cursor, order_by, args)
         if len(walked.passing) == args["limit"] or walked.complete:
             return walked.passing
         if walked.common:
+            return None
+        return await runs_passing(conn, where, values, args, walked)
+    if order_by is not None:
+        uncursored = [condition for condition in where if condition != cursor]
+        walked = await walk(conn, uncursored, values, None, order_by, args)
+        if walked.common or len(walked.passing) == args["limit"]:
             return None
         return await runs_passing(conn, where, values, args, walked)
     # No walk: tags alone are read by their pairs, which is never slower than by each

@@ -56,6 +56,7 @@ SORTS: dict[str, tuple[str, str, bool]] = {
 }
 # The sorts an index of agent_runs reads in order for every run (0002, 0012).
 INDEXED_SORTS = ("started_at", "cost_usd", "agent_name")
+NEWEST_FIRST = "started_at DESC, id DESC"  # (agent_runs_recent_idx's order)
 # The sorts whose index (0028) holds only the runs with a duration: their pages are
 # read as those runs and the others. Ended runs have a duration; the runs without one
 # are those still going (found by agent_runs_unfinished_idx) and any that ended without
@@ -353,11 +354,13 @@ async def list_runs(request: web.Request) -> web.Response:
     ):
         rows: list[dict[str, Any]] | None = None
         if correlated:  # tags or metadata among other conditions (run_containment.py)
-            # (a walk in the list's order is cheap where an index reads every run in it)
-            walk = order.order_by() if order.sort in INDEXED_SORTS else None
+            # (a walk in the list's order is cheap where an index reads every run in it;
+            # in the other sorts, a walk of the newest runs only tells what is rare)
+            in_order = order.sort in INDEXED_SORTS
+            walk = order.order_by() if in_order else NEWEST_FIRST
             whole = after.whole if after else None
             passing = await run_containment.passing_runs(
-                conn, where + ([whole] if whole else []), whole, walk, args
+                conn, where + ([whole] if whole else []), whole, walk, args, in_order
             )
             if passing == []:
                 rows = []

@@ -455,6 +455,7 @@ def endpoints(meta: dict) -> list[tuple[str, str, float | None]]:
             50,
         ),
         ("runs, metadata user + tag", "/runs?metadata=user_id=user-0&tag=staging", 50),
+        ("runs, user + prod + v2", "/runs?metadata=user_id=user-0&tag=prod&tag=v2", 50),
         (
             "runs, agent + ending",
             f"/runs?agent_name={rarest}&termination_reason=context_limit",

@@ -146,27 +146,29 @@ async def passing_runs(
             return None
         order_by = None
     values = _values(where, args)
-    if order_by is not None and in_list_order:
+    if order_by is None:
+        # No walk: tags alone are read by their pairs, never slower than by each tag's
+        # list; beside other conditions the pairs' list could be most runs, which the
+        # planner, estimating it small, would filter run by run (3 s on 2.5 million runs).
+        others = [c for c in where if c not in (PROJECT, cursor, TAGS)]
+        by_pairs = not others and _distinct_tags(args) > 1
+        return await runs_passing(
+            conn, where, values, args, Walked([], False, False, [], rare_together=by_pairs)
+        )
+    if in_list_order:
         walked = await walk(conn, where, values, cursor, order_by, args)
         if len(walked.passing) == args["limit"] or walked.complete:
             return walked.passing
-        if walked.common:
-            return None
-        return await runs_passing(conn, where, values, args, walked)
-    if order_by is not None:
+    else:  # only its counts: the runs it passes are in another order
         uncursored = [condition for condition in where if condition != cursor]
         walked = await walk(conn, uncursored, values, None, order_by, args)
-        if walked.common or len(walked.passing) == args["limit"]:
-            return None
-        return await runs_passing(conn, where, values, args, walked)
-    # No walk: tags alone are read by their pairs, which is never slower than by each
-    # tag's list; beside other conditions the pairs' list could be most runs, which the
-    # planner, estimating it small, would filter run by run (3 s on 2.5 million runs).
-    others = [c for c in where if c not in (PROJECT, cursor) and c != TAGS]
-    by_pairs = not others and len(set(args.get("tags", ()))) > 1
-    return await runs_passing(
-        conn, where, values, args, Walked([], False, False, [], False, by_pairs)
-    )
+    if walked.common:  # (a whole page passed: common too)
+        return None
+    return await runs_passing(conn, where, values, args, walked)
+
+
+def _distinct_tags(args: dict[str, Any]) -> int:
+    return len(set(args.get("tags", ())))
 
 
 async def _few(conn: AsyncConnection, others: list[str], args: dict[str, Any]) -> bool:
@@ -213,7 +215,7 @@ async def walk(
         return Walked(passing, False, True, [])
     # (each value only for the runs kept: a metadata condition costs a function call)
     counts = [f"count(*) FILTER (WHERE kept AND {value})" for value in values]
-    tags = len(set(args.get("tags", ())))
+    tags = _distinct_tags(args)
     together = f"count(*) FILTER (WHERE {TAGS})" if tags > 1 else "0"
     found = await conn.execute(
         f"SELECT count(*), count(*) FILTER (WHERE kept), {together}, {', '.join(counts)} FROM ("
@@ -246,7 +248,7 @@ async def runs_passing(
     else two tags or more by their pairs, if the walk found them rarely together; else
     every value."""
     others = [condition for condition in where if not _contains(condition)]
-    tags = len(set(args.get("tags", ())))
+    tags = _distinct_tags(args)
     checked: list[str] = []
     if walked.rare:
         sources = [others + walked.rare]

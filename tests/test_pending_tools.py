@@ -16,7 +16,7 @@ from lifecycle_data import NOW, Run, dataset, judged, send
 from otlp_exports import document, split
 from psycopg_pool import AsyncConnectionPool
 
-from keelwave.server.store import pending_tools, retention
+from keelwave.server.store import daily_rollups, pending_tools, retention, rollup_shards, statements
 from keelwave.server.store.recount import recount
 
 pytestmark = pytest.mark.skipif(ON_CITUS, reason="on Citus the writer merges tool calls at once")
@@ -134,6 +134,64 @@ async def test_folding_twice_at_once_counts_every_row_once(api, db_url) -> None:
         asyncio.to_thread(fold_pending_tool_rollups, db_url),
         asyncio.to_thread(fold_pending_tool_rollups, db_url),
     )
+    assert pending(db_url, project.id) == 0
+    assert await tools(api, project) == expected
+
+
+def connections_in_two_shards(db_url: str) -> list[psycopg.Connection]:
+    """Two connections whose backends fall in different rollup shards (rollup_shards.py)."""
+    opened: dict[int, psycopg.Connection] = {}
+    while len(opened) < 2:
+        conn = psycopg.connect(db_url, autocommit=True)
+        [(shard,)] = conn.execute(f"SELECT {rollup_shards.SHARD}").fetchall()
+        if shard in opened:
+            conn.close()
+        else:
+            opened[shard] = conn
+    return list(opened.values())
+
+
+async def test_folds_on_any_connection_keep_one_row_a_key(api, db_url) -> None:
+    """The fold is the tool rollups' writer (the reaper's and erasure's merges aside), once
+    a second, so it has no one to share a row with: whichever pool connection it runs on,
+    a key keeps one row, and a month of /tools reads one row a (tool, bin, day or week),
+    not one a shard."""
+    project = make_project(db_url)
+    runs = [run for run in dataset(seed=14, count=24, span=timedelta(hours=1)) if run.steps]
+    first, second = connections_in_two_shards(db_url)
+    days = (
+        f"SELECT day, tool_name, duration_bin FROM {daily_rollups.TOOLS.daily} "
+        "WHERE project_id = %s"
+    )
+    pending_days = (
+        f"SELECT DISTINCT date_trunc('day', bucket, 'UTC'), tool_name, duration_bin "
+        f"FROM {pending_tools.PENDING} WHERE project_id = %s"
+    )
+    try:
+        await send(api, project, runs[: len(runs) // 2])
+        first.execute(statements.one_round_trip(pending_tools.FOLD))
+        await send(api, project, runs[len(runs) // 2 :])
+        # (else the test could not fail: the second fold must add to keys the first made)
+        assert set(query(db_url, days, (project.id,))) & set(
+            query(db_url, pending_days, (project.id,))
+        )
+        expected = await tools(api, project)
+        second.execute(statements.one_round_trip(pending_tools.FOLD))
+    finally:
+        first.close()
+        second.close()
+    for table, time in (
+        (daily_rollups.TOOLS.hourly, "bucket"),
+        (daily_rollups.TOOLS.daily, "day"),
+        (daily_rollups.TOOLS.weekly, "week"),
+    ):
+        rows = query(
+            db_url,
+            f"SELECT {time}, tool_name, duration_bin, count(*) FROM {table} "
+            f"WHERE project_id = %s GROUP BY 1, 2, 3 HAVING count(*) > 1",
+            (project.id,),
+        )
+        assert rows == [], f"{table}: keys in more than one row: {rows}"
     assert pending(db_url, project.id) == 0
     assert await tools(api, project) == expected
 

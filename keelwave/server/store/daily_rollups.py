@@ -146,9 +146,10 @@ ON CONFLICT ({_cols(_with_shard(table, keys))}) DO UPDATE SET
 """
 
 
-def merge(*tables: Rollup) -> str:
+def merge(*tables: Rollup, shard: str = SHARD) -> str:
     """One statement adding each table's staged rows (``table.stage``) to its hourly rows
-    and then to their days (and weeks), table after table.
+    and then to their days (and weeks), table after table (to ``shard`` of each, this
+    backend's unless told, in a sharded table).
 
     One statement, so the writer's prepared statements and every caller of
     statements.MERGE_ROLLUPS keep the daily rows without a change of their own.
@@ -159,10 +160,12 @@ def merge(*tables: Rollup) -> str:
     """
     upserts: list[str] = []
     for table in tables:
-        upserts.append(add_to_hours(table, _after(len(upserts))))
-        upserts.append(add_to_days(table, table.stage).format(where=_after(len(upserts))))
+        upserts.append(add_to_hours(table, _after(len(upserts)), shard))
+        days = add_to_days(table, table.stage, shard=shard)
+        upserts.append(days.format(where=_after(len(upserts))))
         if table.weekly:
-            upserts.append(add_to_weeks(table, table.stage).format(where=_after(len(upserts))))
+            weeks = add_to_weeks(table, table.stage, shard=shard)
+            upserts.append(weeks.format(where=_after(len(upserts))))
     *first, last = upserts
     done = ",\n".join(f"u{n} AS ({sql.strip()}\nRETURNING 1)" for n, sql in enumerate(first))
     return f"WITH {done}{last}"

@@ -38,7 +38,7 @@ import logging
 
 from psycopg_pool import AsyncConnectionPool
 
-from keelwave.server.store import statements, tool_rollups
+from keelwave.server.store import daily_rollups, statements, tool_rollups
 from keelwave.server.store.periodic import Periodic
 
 log = logging.getLogger("keelwave.rollups")
@@ -61,7 +61,19 @@ WITH taken AS (DELETE FROM {PENDING} RETURNING *)
 INSERT INTO kw_stage_tools ({_KEYS}, {_COUNTERS})
 SELECT {_KEYS}, {_SUMS} FROM taken GROUP BY 1, 2, 3, 4
 """
-FOLD = ";\n".join((TAKE, statements.MERGE_TOOL_ROLLUPS, "DELETE FROM kw_stage_tools"))
+# Into one shard, whichever connection folds. Shards (rollup_shards.py) keep writers
+# that meet on a row from waiting for each other, and the fold meets nobody: it is the
+# tool rollups' writer (the reaper's, an erasure's and Citus's merges aside), once a
+# second a server. Folded into the backend's shard, the pool's connections took turns
+# and a key's rows spread over all eight, eight times the rows /tools sums for a month.
+FOLD_SHARD = "0"
+FOLD = ";\n".join(
+    (
+        TAKE,
+        daily_rollups.merge(daily_rollups.TOOLS, shard=FOLD_SHARD),
+        "DELETE FROM kw_stage_tools",
+    )
+)
 # statements.MERGE_ROLLUPS, but what finished runs add to the tool rollups is appended
 # to the pending rows: how an OTLP export ends (store/traces.py). An export finishes a
 # few dozen runs, whose tool calls touched about 125 hourly and 125 daily tool rollup

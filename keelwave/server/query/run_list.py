@@ -172,7 +172,7 @@ def filters(
         where.append("started_at >= %(since)s AND started_at < %(until)s")
         args.update(since=window.since, until=window.until)
     if q := params.text(request, "q"):
-        where.append(run_search.condition(q, q_agents or [], args))
+        where.append(run_search.condition(q, q_agents or [], args, agent or None))
     if tags := _names(request, "tag"):
         where.append(run_containment.TAGS)
         args["tags"] = tags

@@ -53,9 +53,14 @@ def id_range(q: str) -> tuple[uuid.UUID, uuid.UUID] | None:
     )
 
 
-def condition(q: str, agents: list[str], args: dict[str, Any]) -> str:
+def condition(q: str, agents: list[str], args: dict[str, Any], agent: str | None = None) -> str:
     """The WHERE condition for ``q``, given the agent names that contain it (from
-    AGENT_NAMES); its values go into ``args``."""
+    AGENT_NAMES); its values go into ``args``. ``agent``: the list's ``agent_name``, if
+    given: of the names, only that one can pass both (else PostgreSQL read every run of
+    that agent to find none: 0.3 s for ``agent_name=agent-support&q=agent-1`` on 2.5
+    million runs)."""
+    if agent is not None:
+        agents = [name for name in agents if name == agent]
     either = []
     if (ids := id_range(q)) is not None:
         either.append("id BETWEEN %(q_first)s AND %(q_last)s")

@@ -428,11 +428,18 @@ async def test_runs_by_tool_from_the_tools_runs_or_run_by_run(
 
 
 @pytest.mark.parametrize(
-    ("walked", "rare", "listed_up_to"),
-    [(5_000, 0.05, 2_000), (3, 0.05, 2_000), (3, 0.5, 2_000), (3, 0.0, 2_000), (3, 0.05, 1)],
+    ("walked", "rare", "listed_up_to", "runs_estimate"),
+    [
+        (5_000, 0.05, 2_000, None),
+        (3, 0.05, 2_000, None),
+        (3, 0.5, 2_000, None),
+        (3, 0.5, 2_000, "1"),  # every value few runs have: read alone where rare
+        (3, 0.0, 2_000, None),
+        (3, 0.05, 1, None),
+    ],
 )
 async def test_runs_by_tags_and_metadata_among_other_conditions_whichever_way_found(
-    api, project, listed, monkeypatch, walked, rare, listed_up_to
+    api, project, listed, monkeypatch, walked, rare, listed_up_to, runs_estimate
 ):
     """Two tags or metadata values, or one and another filter, keep exactly the runs
     with all of them whichever way the page is found (run_containment.py): among the
@@ -444,6 +451,8 @@ async def test_runs_by_tags_and_metadata_among_other_conditions_whichever_way_fo
     monkeypatch.setattr(run_containment, "WALKED", walked)
     monkeypatch.setattr(run_containment, "RARE", rare)
     monkeypatch.setattr(run_containment, "LISTED", listed_up_to)
+    if runs_estimate is not None:
+        monkeypatch.setattr(run_containment, "_RUNS_ESTIMATE", runs_estimate)
 
     async def ids(sort: str = "started_at", order: str = "desc", **query) -> list[str]:
         rows = await all_pages(api, project, limit=2, sort=sort, order=order, **query)

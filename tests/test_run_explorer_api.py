@@ -433,7 +433,7 @@ async def test_runs_by_tool_from_the_tools_runs_or_run_by_run(
         (5_000, 0.05, 2_000, None),
         (3, 0.05, 2_000, None),
         (3, 0.5, 2_000, None),
-        (3, 0.5, 2_000, "1"),  # every value few runs have: read alone where rare
+        (3, 0.5, 2_000, "SELECT 1"),  # every value few runs have: read alone where rare
         (3, 0.0, 2_000, None),
         (3, 0.05, 1, None),
     ],

@@ -82,7 +82,7 @@ _METADATA = "keelwave_jsonb(metadata) @> %(metadata{number})s::jsonb"
 # where PostgreSQL's BitmapAnd read the other condition's index first (a termination
 # reason's 150,000 entries, 45 of its 60 ms).
 SMALL_VALUE = 20_000
-_RUNS_ESTIMATE = "(SELECT reltuples FROM pg_class WHERE oid = 'agent_runs'::regclass)"
+_RUNS_ESTIMATE = "SELECT reltuples FROM pg_class WHERE oid = 'agent_runs'::regclass"
 # GIN indexes answer in bitmaps only: without these the planner prefers a walk or a
 # sequential scan that the LIMIT does not stop when nothing matches.
 _BITMAPS_ONLY = ("enable_seqscan", "enable_indexscan", "enable_indexonlyscan")
@@ -233,16 +233,17 @@ async def walk(
     tags = _distinct_tags(args)
     together = f"count(*) FILTER (WHERE {TAGS})" if tags > 1 else "0"
     found = await conn.execute(
-        f"SELECT count(*), count(*) FILTER (WHERE kept), {together}, {_RUNS_ESTIMATE}, "
-        f"{', '.join(counts)} FROM ("
+        f"SELECT count(*), count(*) FILTER (WHERE kept), {together}, {', '.join(counts)} FROM ("
         f"SELECT tags, metadata, ({kept}) AS kept FROM {walked_runs} OFFSET 0) AS checked",
         args,
     )
-    walked, kept_runs, with_tags, runs, *passed = await found.fetchone()
+    walked, kept_runs, with_tags, *passed = await found.fetchone()
+    # (a statement of its own: on Citus the one above is a shard's, on a worker)
+    (runs,) = await (await conn.execute(_RUNS_ESTIMATE)).fetchone()
     passed, alone = passed[: len(values)], passed[len(values) :]
     rare = [value for value, count in zip(values, passed, strict=True) if count < RARE * kept_runs]
     # (an estimate of 0 or less: the table was never analysed, or its rows are elsewhere,
-    # on Citus's workers)
+    # on Citus's workers: no value is taken for small then)
     small = [value for value, count in zip(values, alone, strict=True)
              if runs > 0 and count * runs <= SMALL_VALUE * walked]  # fmt: skip
     return Walked(

@@ -595,8 +595,12 @@ def test_a_run_id_prefix_is_the_range_of_ids_whose_text_starts_with_it() -> None
     assert id_range("f" * 32 + "-" * 4) is None
     args: dict = {}
     assert condition("nothing", [], args) == "false" and args == {}
-    assert condition("abc", ["crabcake"], args) == (
+    assert condition("abc", ["crabcake", "abcde"], args) == (
         "(id BETWEEN %(q_first)s AND %(q_last)s OR agent_name = ANY(%(q_agents)s))"
+    )
+    # One name: an equality, which an index scan in agent_name order can start from.
+    assert condition("abc", ["crabcake"], args) == (
+        "(id BETWEEN %(q_first)s AND %(q_last)s OR agent_name = %(q_agent)s)"
     )
 
 
@@ -610,9 +614,9 @@ def test_q_beside_an_agent_name_keeps_only_that_agent() -> None:
     args: dict = {}
     assert condition("agent-1", ["agent-1", "agent-10"], args, "agent-support") == "false"
     assert condition("agent-1", ["agent-1", "agent-10"], args, "agent-10") == (
-        "(agent_name = ANY(%(q_agents)s))"
+        "(agent_name = %(q_agent)s)"
     )
-    assert args["q_agents"] == ["agent-10"]
+    assert args["q_agent"] == "agent-10"
     # A run id prefix still holds beside the agent (any of its runs may have it).
     args = {}
     assert (

@@ -65,7 +65,14 @@ def condition(q: str, agents: list[str], args: dict[str, Any], agent: str | None
     if (ids := id_range(q)) is not None:
         either.append("id BETWEEN %(q_first)s AND %(q_last)s")
         args.update(q_first=ids[0], q_last=ids[1])
-    if agents:
+    if len(agents) == 1:
+        # (an equality, not ANY of one: PostgreSQL 15 reads = ANY on an index's second
+        # column as a filter when the list is sorted by that index, so
+        # ``q=support&sort=agent_name&order=asc`` beside two rare filters read all 2.5
+        # million runs of the project through agent_runs_agent_idx: 12.6 s)
+        either.append("agent_name = %(q_agent)s")
+        args["q_agent"] = agents[0]
+    elif agents:
         either.append("agent_name = ANY(%(q_agents)s)")
         args["q_agents"] = agents
     return f"({' OR '.join(either)})" if either else "false"

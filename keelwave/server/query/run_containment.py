@@ -238,14 +238,17 @@ async def walk(
         args,
     )
     walked, kept_runs, with_tags, *passed = await found.fetchone()
-    # (a statement of its own: on Citus the one above is a shard's, on a worker)
-    (runs,) = await (await conn.execute(_RUNS_ESTIMATE)).fetchone()
     passed, alone = passed[: len(values)], passed[len(values) :]
     rare = [value for value, count in zip(values, passed, strict=True) if count < RARE * kept_runs]
-    # (an estimate of 0 or less: the table was never analysed, or its rows are elsewhere,
-    # on Citus's workers: no value is taken for small then)
-    small = [value for value, count in zip(values, alone, strict=True)
-             if runs > 0 and count * runs <= SMALL_VALUE * walked]  # fmt: skip
+    small = []
+    if rare:  # (only a rare value is ever read alone)
+        # (a statement of its own: on Citus the one above is a shard's, on a worker; an
+        # estimate of 0 or less, the table never analysed or its rows on Citus's
+        # workers, takes no value for small)
+        (runs,) = await (await conn.execute(_RUNS_ESTIMATE)).fetchone()
+        if runs > 0:
+            small = [value for value, count in zip(values, alone, strict=True)
+                     if value in rare and count * runs <= SMALL_VALUE * walked]  # fmt: skip
     return Walked(
         passing,
         walked < WALKED,
@@ -277,11 +280,13 @@ async def runs_passing(
     # (a metadata value checked run by run decodes each run's metadata: 12,500 runs of a
     # tag checked for a user_id took 160 ms, where both GIN indexes together took 75)
     metadata_checked = [value for value in _metadata_values(where) if value not in alone[:1]]
+    columns = "id, tags, metadata"  # (what the other ways check)
     if alone and not walked.rare_others and not metadata_checked:
         # A value few runs have, beside conditions most runs pass: its runs, the rest
         # checked on each (SMALL_VALUE).
         sources = [[PROJECT, alone[0]]]
         checked = [condition for condition in where if condition not in (PROJECT, alone[0])]
+        columns = "*"
     elif walked.rare:
         sources = [others + walked.rare]
         checked = [value for value in values if value not in walked.rare]
@@ -302,7 +307,7 @@ async def runs_passing(
     else:
         sources = [others + values]
     found = " UNION ALL ".join(
-        f"SELECT * FROM agent_runs WHERE {' AND '.join(source)}" for source in sources
+        f"SELECT {columns} FROM agent_runs WHERE {' AND '.join(source)}" for source in sources
     )
     if checked:
         sql = f"SELECT id FROM ({found} OFFSET 0) AS agent_runs WHERE {' AND '.join(checked)}"

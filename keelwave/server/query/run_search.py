@@ -69,7 +69,7 @@ def condition(q: str, agents: list[str], args: dict[str, Any], agent: str | None
         # (an equality, not ANY of one: PostgreSQL 15 reads = ANY on an index's second
         # column as a filter when the list is sorted by that index, so
         # ``q=support&sort=agent_name&order=asc`` beside two rare filters read all 2.5
-        # million runs of the project through agent_runs_agent_idx: 12.6 s)
+        # million runs of the project through agent_runs_agent_idx: 12.3 s)
         either.append("agent_name = %(q_agent)s")
         args["q_agent"] = agents[0]
     elif agents:

@@ -33,7 +33,7 @@ from keelwave.server.findings import KINDS as FINDING_KINDS
 from keelwave.server.http import appkeys, params
 from keelwave.server.http.operations import ApiRoutes, Param
 from keelwave.server.http.responses import respond
-from keelwave.server.query import run_containment, run_search, run_tools
+from keelwave.server.query import run_containment, run_search, run_streams, run_tools
 from keelwave.server.query.fields import RUN_FIELDS, TRACE_ID
 from keelwave.server.query.schemas import (
     RUN_STATUSES,
@@ -144,32 +144,32 @@ def filters(
     ``tool_runs``: the runs that called ``tool``, if few (run_tools.runs_calling)."""
     where = [run_containment.PROJECT]
     if agent := params.text(request, "agent_name"):
-        where.append("agent_name = %(agent)s")
+        where.append(run_streams.AGENT)
         args["agent"] = agent
     status = params.choice(request, "status", RUN_STATUSES)
     if status == "finished":
-        where.append("ended_at IS NOT NULL")
+        where.append(run_streams.FINISHED)
     elif status == "stalled":
         where.append("ended_at IS NULL AND last_activity_at < now() - %(stall)s")
     elif status == "running":
         where.append("ended_at IS NULL AND last_activity_at >= now() - %(stall)s")
     if reason := params.choice(request, "termination_reason", TERMINATION_REASONS):
-        where.append("termination_reason = %(reason)s")
+        where.append(run_streams.REASON)
         args["reason"] = reason
     if (looping := params.boolean(request, "loop_detected")) is not None:
-        where.append("loop_detected = %(looping)s")
+        where.append(run_streams.REPORTED_LOOP)
         args["looping"] = looping
     if (detected := params.boolean(request, "detected_loop")) is not None:
-        where.append("detected_loop = %(detected)s")
+        where.append(run_streams.DETECTED_LOOP)
         args["detected"] = detected
     if (either := params.boolean(request, "loop")) is not None:
-        where.append("(loop_detected OR detected_loop) = %(either)s")
+        where.append(run_streams.EITHER_LOOP)
         args["either"] = either
     if kind := params.choice(request, "finding", FINDING_KINDS):
-        where.append("%(kind)s = ANY(findings)")
+        where.append(run_streams.FINDING)
         args["kind"] = kind
     if (window := params.window(request, default=None)) is not None:
-        where.append("started_at >= %(since)s AND started_at < %(until)s")
+        where.append(run_streams.WINDOW)
         args.update(since=window.since, until=window.until)
     if q := params.text(request, "q"):
         where.append(run_search.condition(q, q_agents or [], args, agent or None))
@@ -184,7 +184,7 @@ def filters(
     if tool := params.text(request, "tool"):
         where.append(run_tools.condition(tool, tool_runs, args))
     if (root := params.boolean(request, "root")) is not None:
-        where.append("parent_run_id IS NULL" if root else "parent_run_id IS NOT NULL")
+        where.append(run_streams.ROOTS[0] if root else run_streams.ROOTS[1])
     if (parent := _uuid(request, "parent_run_id")) is not None:
         where.append("parent_run_id = %(parent)s")
         args["parent"] = parent
@@ -353,20 +353,24 @@ async def list_runs(request: web.Request) -> web.Response:
         conn.cursor(row_factory=dict_row) as cur,
     ):
         rows: list[dict[str, Any]] | None = None
+        whole = after.whole if after else None
+        cursored = where + ([whole] if whole else [])
+        passing = None  # the ids of the runs the page is among, if found another way
         if correlated:  # tags or metadata among other conditions (run_containment.py)
             # (a walk in the list's order is cheap where an index reads every run in it;
             # in the other sorts, a walk of the newest runs only tells what is rare)
             in_order = order.sort in INDEXED_SORTS
             walk = order.order_by() if in_order else NEWEST_FIRST
-            whole = after.whole if after else None
             passing = await run_containment.passing_runs(
-                conn, where + ([whole] if whole else []), whole, walk, args, in_order
+                conn, cursored, whole, walk, args, in_order
             )
-            if passing == []:
-                rows = []
-            elif passing is not None:
-                where.append("id = ANY(%(passing)s)")
-                args["passing"] = passing
+        elif order.sort == "started_at":  # two conditions with ordered indexes or more
+            passing = await run_streams.passing_runs(conn, cursored, whole, order.direction, args)
+        if passing == []:
+            rows = []
+        elif passing is not None:
+            where.append("id = ANY(%(passing)s)")
+            args["passing"] = passing
         if rows is None:
             rows = []
             for sql in page_statements(order, where, after):

@@ -58,12 +58,12 @@ STREAMS = {
     "loop_detected=true": "loop_detected",
     "detected_loop=true": "detected_loop",
     "loop=true": "(loop_detected OR detected_loop)",
+    "root=false": "parent_run_id IS NOT NULL",
 }
 CHECKED = {
     "": "true",
     "status=finished": "ended_at IS NOT NULL",
     "root=true": "parent_run_id IS NULL",
-    "root=false": "parent_run_id IS NOT NULL",
     "loop=false": "NOT (loop_detected OR detected_loop)",
     "since=2026-11-01T00:40:00Z&until=2026-11-01T02:00:00Z": (
         "started_at >= '2026-11-01T00:40:00Z' AND started_at < '2026-11-01T02:00:00Z'"
@@ -175,21 +175,24 @@ LARGE = 20_000
 @pytest.fixture(scope="module")
 def endings(db_url: str) -> tuple[str, uuid.UUID]:
     """A project of LARGE runs: a fifth end looping and the server finds no progress in
-    another fifth, never in one that ended looping; one in fifty are a rare agent's,
-    spread over the whole time, which never ends clean, where most of the others do."""
+    another fifth, never in one that ended looping, and another fifth are child runs;
+    one in fifty are a rare agent's, spread over the whole time, which never ends
+    clean, where most of the others do."""
     project = uuid.UUID(make_project(db_url).id)
     with psycopg.connect(db_url, autocommit=True) as conn:
         conn.execute(
             """
             INSERT INTO agent_runs (project_id, id, agent_name, started_at, ended_at,
-                                    last_activity_at, termination_reason, findings)
+                                    last_activity_at, termination_reason, findings,
+                                    parent_run_id)
             SELECT %(project)s, md5(%(project)s::text || n)::uuid,
                    CASE WHEN n %% 50 = 0 THEN 'rare' ELSE 'agent' END,
                    timestamptz '2026-11-01' + make_interval(secs => n),
                    timestamptz '2026-11-02', now(),
                    CASE WHEN n %% 5 = 1 THEN 'loop_detected'
                         WHEN n %% 50 = 0 OR n %% 5 = 2 THEN 'error' ELSE 'clean' END,
-                   CASE WHEN n %% 10 IN (3, 4) THEN ARRAY['no_progress'] ELSE '{}' END
+                   CASE WHEN n %% 10 IN (3, 4) THEN ARRAY['no_progress'] ELSE '{}' END,
+                   CASE WHEN n %% 5 = 2 THEN md5('parent' || n)::uuid END
             FROM generate_series(1, %(runs)s) n
             """,
             {"project": project, "runs": LARGE},
@@ -229,22 +232,25 @@ def _nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 @pytest.mark.skipif(ON_CITUS, reason="on Citus the coordinator's plan holds no shard's scans")
-async def test_an_ending_and_a_finding_never_together_are_merged_from_their_indexes(endings):
-    """No run both ended looping and made no progress: the two indexes' entries say
-    so, merged, and no run is read from the table (before: each of the 4,000 runs
-    of one of them, read and checked)."""
+@pytest.mark.parametrize(
+    "other, indexes",
+    [
+        (run_streams.FINDING, {"agent_runs_finding_no_progress_idx"}),
+        (run_streams.CHILD, {"agent_runs_children_idx"}),  # (migration 0030)
+    ],
+)
+async def test_conditions_never_together_are_merged_from_their_indexes(endings, other, indexes):
+    """No run both ended looping and made no progress, nor is a child run: the two
+    indexes' entries say so, merged, and no run is read from the table (before: each
+    of the 4,000 runs of one of them, read and checked)."""
     db_url, project = endings
-    where = [run_streams.PROJECT, run_streams.REASON, run_streams.FINDING]
+    where = [run_streams.PROJECT, run_streams.REASON, other]
     args = {"project": project, "reason": "loop_detected", "kind": "no_progress"}
     found, plans = await _passing_runs(db_url, where, args)
     assert found == []
-    nodes = [node for plan in plans for node in _nodes(plan)]
-    assert any(node["Node Type"] == "Merge Join" for node in nodes), plans
-    scans = [node for node in nodes if "Index Name" in node]
-    assert {node["Index Name"] for node in scans} == {
-        "agent_runs_termination_idx",
-        "agent_runs_finding_no_progress_idx",
-    }, plans
+    [merged] = [plan for plan in plans if "Merge Join" in str(plan)]
+    scans = [node for node in _nodes(merged) if "Index Name" in node]
+    assert {node["Index Name"] for node in scans} == {"agent_runs_termination_idx", *indexes}
     assert all(node["Node Type"] == "Index Only Scan" for node in scans), plans
     assert sum(node.get("Heap Fetches", 0) for node in scans) == 0, plans
 

@@ -184,7 +184,7 @@ def filters(
     if tool := params.text(request, "tool"):
         where.append(run_tools.condition(tool, tool_runs, args))
     if (root := params.boolean(request, "root")) is not None:
-        where.append(run_streams.ROOTS[0] if root else run_streams.ROOTS[1])
+        where.append(run_streams.ROOT if root else run_streams.CHILD)
     if (parent := _uuid(request, "parent_run_id")) is not None:
         where.append("parent_run_id = %(parent)s")
         args["parent"] = parent

@@ -1,12 +1,13 @@
 """The runs list's conditions that have an index in the list's order, read side by side.
 
-An agent, a termination reason, a kind of finding and each loop flag (when true) have
-an index of their runs newest first within a project (agent_runs_agent_idx, migration
-0022's). Alone, such a condition's page is its index's first entries. Two together,
-PostgreSQL walks one index in order and reads each run to check the other; when they
-rarely hold together (on kw_big, ``termination_reason=loop_detected`` beside
-``finding=no_progress``: no run of 2.5 million has both) it walks the whole index, a
-run read from the table for each entry: 115–240 ms.
+An agent, a termination reason, a kind of finding, each loop flag (when true) and
+``root=false`` have an index of their runs newest first within a project
+(agent_runs_agent_idx, migrations 0022 and 0030). Alone, such a condition's page is its
+index's first entries. Two together, PostgreSQL walks one index in order and reads each
+run to check the other; when they rarely hold together (on kw_big,
+``termination_reason=loop_detected`` beside ``finding=no_progress``: no run of 2.5
+million has both) it walks the whole index, a run read from the table for each entry:
+115–240 ms.
 
 Here both indexes are read in that same order, their entries alone (index-only), and
 a run is kept when both list it: a merge join, which stops at the page. When many runs
@@ -44,10 +45,11 @@ EITHER_LOOP = "(loop_detected OR detected_loop) = %(either)s"
 LOOPS = {REPORTED_LOOP: "looping", DETECTED_LOOP: "detected", EITHER_LOOP: "either"}
 WINDOW = "started_at >= %(since)s AND started_at < %(until)s"
 FINISHED = "ended_at IS NOT NULL"
-ROOTS = ("parent_run_id IS NULL", "parent_run_id IS NOT NULL")
+ROOT = "parent_run_id IS NULL"
+CHILD = "parent_run_id IS NOT NULL"
 # Conditions checked on each run the merge keeps (and a loop flag when false): each
 # passed by many runs or most, so no index of its own would find the page sooner.
-CHECKED = (FINISHED, *ROOTS)
+CHECKED = (FINISHED, ROOT)
 # Merged: the conditions whose estimated runs are at most this many times the fewest's.
 # An index entry read in order costs about a sixteenth of a run read from the table
 # and checked (157,000 and 50,000 entries in 25 ms; 50,000 runs read in 115).
@@ -63,7 +65,7 @@ def _checkable(condition: str, args: dict[str, Any]) -> bool:
 
 def streams(where: list[str], args: dict[str, Any]) -> list[str]:
     """The conditions of ``where`` that an index lists in started_at order."""
-    found = [condition for condition in where if condition in (AGENT, Q_AGENT, REASON, FINDING)]
+    found = [c for c in where if c in (AGENT, Q_AGENT, REASON, FINDING, CHILD)]
     return found + [c for c in where if c in LOOPS and args[LOOPS[c]] is True]
 
 

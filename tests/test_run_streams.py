@@ -16,7 +16,7 @@ import pytest
 from conftest import ON_CITUS, Project, make_project
 from test_run_explorer_api import all_pages
 
-from keelwave.server.query import run_streams
+from keelwave.server.query import run_containment, run_streams
 
 RUNS = 150
 # A run started every minute from this moment, every fifth at the same moment as the
@@ -268,3 +268,53 @@ async def test_a_rare_agent_beside_a_common_ending_is_left_to_postgresql(endings
         db_url, where, {"project": project, "agent": "rare", "reason": "clean"}
     )
     assert found is None
+
+
+# -- a tag beside an ordered condition, read along that condition's index ---------------
+
+ALONG_RUNS = 8_000
+
+
+@pytest.fixture(scope="module")
+def along(db_url: str) -> tuple[Project, str]:
+    """A quarter of the runs are agent a's, and one in 125 of those has a tag of its own:
+    among the newest 2,000 runs, 500 of a's and 4 with the tag, too few for PostgreSQL's
+    own plan by the walk's rule, yet a page of 10 is among a's newest 1,500 runs."""
+    project = make_project(db_url)
+    tag = f"u-{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute(
+            """
+            INSERT INTO agent_runs (project_id, id, agent_name, started_at, last_activity_at, tags)
+            SELECT %(project)s::uuid, md5(%(project)s::text || n)::uuid,
+                   CASE WHEN n %% 4 = 0 THEN 'a' ELSE 'b' END,
+                   timestamptz '2026-11-01' + make_interval(secs => n), now(),
+                   CASE WHEN n %% 500 = 0 THEN ARRAY[%(tag)s] ELSE '{}' END
+            FROM generate_series(1, %(runs)s) n
+            """,
+            {"project": project.id, "tag": tag, "runs": ALONG_RUNS},
+        )
+        conn.execute("ANALYZE agent_runs")
+    return project, tag
+
+
+async def test_a_tag_rare_of_late_beside_an_agent_is_read_along_the_agents_runs(
+    api, db_url, along, monkeypatch
+):
+    """(SMALL_VALUE 0: on so few runs the tag's would be read whole, sooner.)"""
+    monkeypatch.setattr(run_containment, "SMALL_VALUE", 0)
+    project, tag = along
+    real = run_containment._along_stream
+    answers = []
+
+    async def spied(*arguments, **keywords):
+        answers.append(await real(*arguments, **keywords))
+        return answers[-1]
+
+    monkeypatch.setattr(run_containment, "_along_stream", spied)
+    for direction in ("desc", "asc"):
+        rows = await all_pages(api, project, limit=10, agent_name="a", tag=tag, order=direction)
+        conditions = ["agent_name = 'a'", f"tags @> ARRAY['{tag}']"]
+        wanted = _expected(db_url, project, conditions, direction)
+        assert [row["id"] for row in rows] == wanted and len(wanted) == ALONG_RUNS // 500
+    assert answers[0] is not None and len(answers[0]) == 11, answers

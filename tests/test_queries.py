@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 import aiohttp
+import psycopg
 import pytest
 from conftest import Api, Project, make_project, make_settings
 
@@ -646,3 +647,65 @@ async def test_runs_by_q_and_agent_name_are_the_runs_of_both(api: Api, project: 
     assert await listed(q="plan", agent_name="coder") == set()
     assert await listed(q=ids["coder"][:8], agent_name="coder") == {ids["coder"]}
     assert await listed(q=ids["coder"][:8], agent_name="planner") == set()
+
+
+async def test_q_naming_several_agents_sorted_by_agent_reads_agent_by_agent(
+    api: Api, db_url: str, monkeypatch
+) -> None:
+    """Sorted by agent name, q naming several agents is read one agent at a time (run_list:
+    PostgreSQL 15 filtered every run of the project otherwise, 5.3 s on 2.5 million);
+    page after page, in both orders and beside other filters, the list is the same."""
+    from test_run_explorer_api import all_pages
+
+    from keelwave.server.query import run_list
+
+    calls = []
+    real = run_list._agent_by_agent
+
+    async def spied(*arguments, **keywords):
+        calls.append(arguments)
+        return await real(*arguments, **keywords)
+
+    monkeypatch.setattr(run_list, "_agent_by_agent", spied)
+    project = make_project(db_url)
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute(
+            """
+            INSERT INTO agent_runs (project_id, id, agent_name, started_at, last_activity_at,
+                                    ended_at, termination_reason, tags)
+            SELECT %(project)s::uuid, md5(%(project)s::text || n)::uuid,
+                   (ARRAY['plan-b', 'Plan-a', 'other', 'plan-c', 'plan-b'])[n %% 5 + 1],
+                   timestamptz '2026-11-01' + make_interval(mins => n - (n %% 4 = 0)::int),
+                   now(), timestamptz '2026-11-02',
+                   CASE WHEN n %% 3 = 0 THEN 'error' ELSE 'clean' END,
+                   CASE WHEN n %% 7 = 0 THEN ARRAY['x'] ELSE '{}' END
+            FROM generate_series(1, 90) n
+            """,
+            {"project": project.id},
+        )
+
+    def expected(way: str, *conditions: str) -> list[str]:
+        with psycopg.connect(db_url) as conn:
+            found = conn.execute(
+                "SELECT id::text FROM agent_runs WHERE project_id = %s AND agent_name ILIKE "
+                f"'%%plan%%' {''.join(' AND ' + c for c in conditions)} "
+                f"ORDER BY agent_name {way}, started_at {way}, id {way}",
+                (project.id,),
+            )
+            return [run_id for (run_id,) in found]
+
+    for way in ("asc", "desc"):
+        for query, conditions in [
+            ({}, ()),
+            ({"termination_reason": "error"}, ("termination_reason = 'error'",)),
+            ({"tag": "x"}, ("tags @> '{x}'",)),
+            (
+                {"tag": "x", "termination_reason": "error"},
+                ("tags @> '{x}'", "termination_reason = 'error'"),
+            ),
+        ]:
+            rows = await all_pages(
+                api, project, q="plan", sort="agent_name", order=way, limit=4, **query
+            )
+            assert [row["id"] for row in rows] == expected(way, *conditions), (way, query)
+    assert calls

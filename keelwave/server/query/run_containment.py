@@ -253,7 +253,11 @@ async def walk(
     runs); then, if it was not, how many of the runs walked each value passes, how
     many pass the other conditions, and how many have every tag of the list."""
     rest = [c for c in where if c not in (PROJECT, cursor) and not _contains(c)] or ["true"]
-    walked_where = " AND ".join([PROJECT] + ([cursor] if cursor else []))
+    # (in agent name order, an agent's runs are one range of it: walked from its start,
+    # not from the project's first agent's)
+    agents = (run_streams.AGENT, run_streams.Q_AGENT)
+    agent = [c for c in where if c in agents] if order_by.startswith("agent_name ") else []
+    walked_where = " AND ".join([PROJECT] + ([cursor] if cursor else []) + agent[:1])
     walked_runs = (
         f"(SELECT * FROM agent_runs WHERE {walked_where} ORDER BY {order_by} "
         f"LIMIT {WALKED}) AS agent_runs"

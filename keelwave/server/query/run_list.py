@@ -26,6 +26,7 @@ from typing import Annotated, Any, Literal, NamedTuple
 
 from aiohttp import web
 from msgspec import Meta
+from psycopg import AsyncCursor
 from psycopg.rows import dict_row
 
 from keelwave.protocol import NAME_MAX_LENGTH, TERMINATION_REASONS
@@ -312,6 +313,85 @@ def page_statements(order: Order, where: list[str], after: After | None) -> list
     return [_merged(order, [indexed, *rest], order.by_value(), order.order_by("sort_value"))]
 
 
+async def _read_page(
+    cur: AsyncCursor, order: Order, where: list[str], after: After | None, args: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """The first %(limit)s runs that pass ``where`` (and come after the cursor, if
+    ``after``), in ``order``."""
+    whole = after.whole if after else None
+    cursored = where + ([whole] if whole else [])
+    conn = cur.connection
+    passing = None  # the ids of the runs the page is among, if found another way
+    if run_containment.correlated(where, args):  # tags or metadata among other conditions
+        # (a walk in the list's order is cheap where an index reads every run in it;
+        # in the other sorts, a walk of the newest runs only tells what is rare)
+        in_order = order.sort in INDEXED_SORTS
+        walk = order.order_by() if in_order else NEWEST_FIRST
+        passing = await run_containment.passing_runs(conn, cursored, whole, walk, args, in_order)
+    elif order.sort == "started_at":  # two conditions with ordered indexes or more
+        passing = await run_streams.passing_runs(conn, cursored, whole, order.direction, args)
+    return await _page_among(cur, order, where, after, args, passing)
+
+
+async def _page_among(
+    cur: AsyncCursor,
+    order: Order,
+    where: list[str],
+    after: After | None,
+    args: dict[str, Any],
+    passing: list[uuid.UUID] | None,
+) -> list[dict[str, Any]]:
+    """The page, read by page_statements: among the runs ``passing`` (ids), if given."""
+    if passing == []:
+        return []
+    if passing is not None:
+        where = [*where, "id = ANY(%(passing)s)"]
+        args = {**args, "passing": passing}
+    rows: list[dict[str, Any]] = []
+    for sql in page_statements(order, where, after):
+        rows += await (await cur.execute(sql, args)).fetchall()
+        if len(rows) >= args["limit"]:
+            break
+    return rows
+
+
+async def _agent_by_agent(
+    cur: AsyncCursor, order: Order, where: list[str], after: After | None, args: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """The page of a list sorted by agent name where ``q`` names several agents: each
+    agent's runs in turn, in the sort's order, until the page is whole. PostgreSQL 15
+    reads ``agent_name = ANY(…)`` in that order as a filter over every run of the
+    project, read one by one: ``q=agent-1&tag=staging&termination_reason=clean``
+    sorted by agent took 5.3 s on 2.5 million runs. Each agent's list is one agent's,
+    read like any other (run_search.condition's equality for one agent); the cursor's
+    condition leaves out the agents before it (an index range with nothing in it).
+    Unless few runs pass the list's tags or metadata with the rest: then their ids,
+    read by run_containment.py, are the page's source; agent by agent, each agent's
+    list would look for them anew (``tag=canary&finding=no_progress&q=agent-1``: 62
+    agents, 3 s)."""
+    if run_containment.correlated(where, args):
+        whole = after.whole if after else None
+        cursored = where + ([whole] if whole else [])
+        passing = await run_containment.passing_runs(
+            cur.connection, cursored, whole, NEWEST_FIRST, {**args}, in_list_order=False
+        )
+        if passing is not None:
+            return await _page_among(cur, order, where, after, args, passing)
+    found = await cur.execute(
+        f"SELECT name FROM unnest(%(q_agents)s::text[]) AS name ORDER BY name {order.direction}",
+        args,
+    )
+    agents = [row["name"] for row in await found.fetchall()]
+    own_where = [run_streams.Q_AGENT if c == run_search.AGENTS else c for c in where]
+    rows: list[dict[str, Any]] = []
+    for agent in agents:
+        own = {**args, "q_agent": agent, "limit": args["limit"] - len(rows)}
+        rows += await _read_page(cur, order, own_where, after, own)
+        if len(rows) >= args["limit"]:
+            break
+    return rows
+
+
 @routes.get(
     "/v1/projects/{project_id}/agent/runs",
     summary="List runs",
@@ -344,7 +424,6 @@ async def list_runs(request: web.Request) -> web.Response:
             if tool:
                 tool_runs = await run_tools.runs_calling(conn, project_id, tool)
     where = filters(request, args, q_agents, tool_runs)
-    correlated = run_containment.correlated(where, args)
     after = None
     if (cursor := params.decode_cursor(request, 4)) is not None:
         after = order.after(cursor, args)
@@ -352,31 +431,10 @@ async def list_runs(request: web.Request) -> web.Response:
         request.app[appkeys.POOL].connection() as conn,
         conn.cursor(row_factory=dict_row) as cur,
     ):
-        rows: list[dict[str, Any]] | None = None
-        whole = after.whole if after else None
-        cursored = where + ([whole] if whole else [])
-        passing = None  # the ids of the runs the page is among, if found another way
-        if correlated:  # tags or metadata among other conditions (run_containment.py)
-            # (a walk in the list's order is cheap where an index reads every run in it;
-            # in the other sorts, a walk of the newest runs only tells what is rare)
-            in_order = order.sort in INDEXED_SORTS
-            walk = order.order_by() if in_order else NEWEST_FIRST
-            passing = await run_containment.passing_runs(
-                conn, cursored, whole, walk, args, in_order
-            )
-        elif order.sort == "started_at":  # two conditions with ordered indexes or more
-            passing = await run_streams.passing_runs(conn, cursored, whole, order.direction, args)
-        if passing == []:
-            rows = []
-        elif passing is not None:
-            where.append("id = ANY(%(passing)s)")
-            args["passing"] = passing
-        if rows is None:
-            rows = []
-            for sql in page_statements(order, where, after):
-                rows += await (await cur.execute(sql, args)).fetchall()
-                if len(rows) >= args["limit"]:
-                    break
+        if order.sort == "agent_name" and run_search.AGENTS in where:
+            rows = await _agent_by_agent(cur, order, where, after, args)
+        else:
+            rows = await _read_page(cur, order, where, after, args)
     next_cursor = None
     if len(rows) > limit:
         rows = rows[:limit]

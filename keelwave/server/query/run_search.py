@@ -31,6 +31,7 @@ SELECT agent_name FROM names WHERE agent_name ILIKE %(q_name)s
 """
 _HEX = re.compile(r"[0-9a-f-]{1,36}")
 _DASHES = (8, 13, 18, 23)  # where a UUID's text has them
+_ANY_AGENT = "agent_name = ANY(%(q_agents)s)"
 
 
 def like_pattern(q: str) -> str:
@@ -73,6 +74,11 @@ def condition(q: str, agents: list[str], args: dict[str, Any], agent: str | None
         either.append("agent_name = %(q_agent)s")
         args["q_agent"] = agents[0]
     elif agents:
-        either.append("agent_name = ANY(%(q_agents)s)")
+        either.append(_ANY_AGENT)
         args["q_agents"] = agents
     return f"({' OR '.join(either)})" if either else "false"
+
+
+# The condition for q naming several agents and no run id (run_list reads it agent by
+# agent when the list is sorted by agent name).
+AGENTS = f"({_ANY_AGENT})"

@@ -21,10 +21,13 @@ So such a list is read like this, each step exact:
    walked that pass the other conditions and among all of them, how common those
    conditions are, and how common the list's tags are together.
 2. If PLANNER_FROM or more of them passed, the runs that pass are not rare after
-   all, and the list is read as PostgreSQL plans it. Otherwise few runs pass, and
-   indexes list up to LISTED of them, by what the walk found rare, the rest checked
-   run by run: a value rare among the runs walked that pass the other conditions
-   and that few runs have (SMALL_VALUE), beside other conditions most runs pass, by
+   all, and the list is read as PostgreSQL plans it. If some passed and, at that
+   rate, a page is within ALONG runs of a condition with an index in the list's
+   order (an agent's, a reason's: run_streams.py), those runs are read in order and
+   each checked. Otherwise few runs pass, and indexes list up to LISTED of them, by
+   what the walk found rare, the rest checked run by run: a value rare among the runs
+   walked that pass the other conditions and that few runs have (SMALL_VALUE),
+   beside other conditions most runs pass, by
    its GIN index alone (``tag=canary&termination_reason=timeout``: the tag's 12,500
    runs, not a BitmapAnd that reads the reason's 150,000 first); else the values rare
    among the runs walked that pass the other conditions (under RARE of them), by

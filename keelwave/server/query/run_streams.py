@@ -65,7 +65,9 @@ def _checkable(condition: str, args: dict[str, Any]) -> bool:
 
 def streams(where: list[str], args: dict[str, Any]) -> list[str]:
     """The conditions of ``where`` that an index lists in started_at order."""
-    found = [c for c in where if c in (AGENT, Q_AGENT, REASON, FINDING, CHILD)]
+    # (q beside agent_name names that agent or none: run_search.condition)
+    agents = (AGENT,) if AGENT in where else (Q_AGENT,)
+    found = [c for c in where if c in (*agents, REASON, FINDING, CHILD)]
     return found + [c for c in where if c in LOOPS and args[LOOPS[c]] is True]
 
 

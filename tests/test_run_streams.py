@@ -7,7 +7,6 @@ took 115–240 ms on 2.5 million runs to find none."""
 from __future__ import annotations
 
 import itertools
-import json
 import uuid
 from typing import Any
 
@@ -15,6 +14,7 @@ import psycopg
 import pytest
 from conftest import ON_CITUS, Project, make_project
 from test_run_explorer_api import all_pages
+from test_run_tag_pairs import with_plans
 
 from keelwave.server.query import run_containment, run_streams
 
@@ -204,27 +204,11 @@ def endings(db_url: str) -> tuple[str, uuid.UUID]:
 async def _passing_runs(
     db_url: str, where: list[str], args: dict[str, Any]
 ) -> tuple[list | None, list[dict[str, Any]]]:
-    """``passing_runs`` as the list calls it (newest first), and the plan of each of
-    its statements, captured with auto_explain."""
-    plans: list[dict[str, Any]] = []
-
-    def captured(diagnostic: psycopg.errors.Diagnostic) -> None:
-        text = diagnostic.message_primary or ""
-        if text.startswith("duration:") and "{" in text:
-            plans.append(json.loads(text[text.index("{") :])["Plan"])
-
-    async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as conn:
-        conn.add_notice_handler(captured)
-        await conn.execute("LOAD 'auto_explain'")
-        for setting in (
-            "auto_explain.log_min_duration = 0",
-            "auto_explain.log_analyze = on",
-            "auto_explain.log_format = json",
-            "auto_explain.log_level = notice",
-        ):
-            await conn.execute(f"SET {setting}")
-        found = await run_streams.passing_runs(conn, where, None, "desc", {"limit": 51, **args})
-    return found, plans
+    """``passing_runs`` as the list calls it (newest first), and its statements' plans."""
+    return await with_plans(
+        db_url,
+        lambda conn: run_streams.passing_runs(conn, where, None, "desc", {"limit": 51, **args}),
+    )
 
 
 def _nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 import json
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import psycopg
@@ -137,11 +138,9 @@ def environments(db_url: str) -> tuple[str, uuid.UUID, dict[str, str], list[uuid
     return db_url, project, names, both
 
 
-async def _passing_runs(
-    db_url: str, where: list[str], args: dict[str, Any]
-) -> tuple[list | None, list[dict[str, Any]]]:
-    """``passing_runs`` as the list calls it (newest first), and the plan of each of
-    its statements, captured with auto_explain."""
+async def with_plans(db_url: str, read: Callable[[Any], Awaitable[Any]]) -> tuple[Any, list]:
+    """``read(conn)``'s answer, and the plan of each statement it ran, captured with
+    auto_explain."""
     plans: list[dict[str, Any]] = []
 
     def captured(diagnostic: psycopg.errors.Diagnostic) -> None:
@@ -159,10 +158,20 @@ async def _passing_runs(
             "auto_explain.log_level = notice",
         ):
             await conn.execute(f"SET {setting}")
-        found = await run_containment.passing_runs(
-            conn, where, None, "started_at DESC, id DESC", {"limit": 51, **args}
-        )
+        found = await read(conn)
     return found, plans
+
+
+async def _passing_runs(
+    db_url: str, where: list[str], args: dict[str, Any]
+) -> tuple[list | None, list[dict[str, Any]]]:
+    """``passing_runs`` as the list calls it (newest first), and its statements' plans."""
+    return await with_plans(
+        db_url,
+        lambda conn: run_containment.passing_runs(
+            conn, where, None, "started_at DESC, id DESC", {"limit": 51, **args}
+        ),
+    )
 
 
 @pytest.mark.skipif(ON_CITUS, reason="on Citus the coordinator's plan holds no shard's scans")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import uuid
+from datetime import timedelta
 from typing import Any
 
 import psycopg
@@ -302,3 +303,30 @@ async def test_a_tag_rare_of_late_beside_an_agent_is_read_along_the_agents_runs(
         wanted = _expected(db_url, project, conditions, direction)
         assert [row["id"] for row in rows] == wanted and len(wanted) == ALONG_RUNS // 500
     assert answers[0] is not None and len(answers[0]) == 11, answers
+
+
+async def test_a_page_after_a_cursor_in_a_window_is_merged_with_postgresqls_estimates(endings):
+    """The estimates asked with the cursor's and the window's conditions and values;
+    the merge's page after the cursor is the next runs in order."""
+    db_url, project = endings
+    cursor = "(started_at, id) < (%(c_started)s::timestamptz, %(c_id)s::uuid)"
+    where = [run_streams.PROJECT, run_streams.REASON, run_streams.CHILD, run_streams.WINDOW]
+    with psycopg.connect(db_url) as conn:
+        rows = conn.execute(
+            "SELECT id, started_at FROM agent_runs WHERE project_id = %s AND parent_run_id "
+            "IS NOT NULL AND termination_reason = 'error' ORDER BY started_at DESC, id DESC",
+            (project,),
+        ).fetchall()
+    first, since = rows[100], rows[3_000][1]
+    args = {
+        "project": project,
+        "reason": "error",
+        "since": since,
+        "until": first[1] + timedelta(days=1),
+        "c_started": first[1],
+        "c_id": first[0],
+        "limit": 51,
+    }
+    async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as conn:
+        found = await run_streams.passing_runs(conn, [*where, cursor], cursor, "desc", args)
+    assert found == [run_id for run_id, _ in rows[101:152]]

@@ -337,14 +337,14 @@ async def runs_passing(
     by_index = [v for v in _metadata_values(where) if v in walked.rare and v not in alone[:1]]
     # (what the other ways check, and what the list's orders sort by)
     columns = "id, tags, metadata, started_at, cost_usd, agent_name"
-    page = ""
+    capped = True  # (more than LISTED runs passing: read as PostgreSQL plans it)
     if alone and not walked.rare_others and not by_index:
         # A value few runs have, beside conditions most runs pass: its runs, the rest
         # checked on each (SMALL_VALUE).
         sources = [[PROJECT, alone[0]]]
         checked = [condition for condition in where if condition not in (PROJECT, alone[0])]
         columns = "*"
-        page = f" ORDER BY {order_by}" if order_by else ""
+        capped = order_by is None  # (at most SMALL_VALUE runs: the page is exact)
     elif walked.rare:
         sources = [others + walked.rare]
         checked = [value for value in values if value not in walked.rare]
@@ -375,22 +375,18 @@ async def runs_passing(
     async with conn.transaction():
         for setting in _BITMAPS_ONLY:
             await conn.execute(f"SET LOCAL {setting} = off")
-        if page:  # (all of the value's runs checked, at most SMALL_VALUE: the page is exact)
-            found = await conn.execute(
-                f"SELECT id FROM ({sql}) AS agent_runs{page} LIMIT %(limit)s", args
-            )
-            return [run_id for (run_id,) in await found.fetchall()]
         listed = {**args, "listed": LISTED + 1}
         if order_by:
-            # Of at most LISTED runs, the page's own, in order (with how many passed): not
-            # a thousand ids the page reads again (23 ms of 60 for a finding and a user id).
+            # The page's own runs, in order (with how many passed): not a thousand ids the
+            # page reads again (23 ms of 60 for a finding and a user id).
+            limited = f"{sql} LIMIT %(listed)s" if capped else sql
             found = await conn.execute(
-                f"SELECT id, count(*) OVER () FROM ({sql} LIMIT %(listed)s) AS agent_runs "
+                f"SELECT id, count(*) OVER () FROM ({limited}) AS agent_runs "
                 f"ORDER BY {order_by} LIMIT %(limit)s",
                 listed,
             )
             page_runs = await found.fetchall()
-            if page_runs and page_runs[0][1] > LISTED:
+            if capped and page_runs and page_runs[0][1] > LISTED:
                 return None
             return [run_id for run_id, _ in page_runs]
         found = await conn.execute(f"{sql} LIMIT %(listed)s", listed)

@@ -313,13 +313,18 @@ def page_statements(order: Order, where: list[str], after: After | None) -> list
     return [_merged(order, [indexed, *rest], order.by_value(), order.order_by("sort_value"))]
 
 
+def _cursored(where: list[str], after: After | None) -> tuple[str | None, list[str]]:
+    """The condition for the runs after the cursor (if any), and ``where`` with it."""
+    whole = after.whole if after else None
+    return whole, where + ([whole] if whole else [])
+
+
 async def _read_page(
     cur: AsyncCursor, order: Order, where: list[str], after: After | None, args: dict[str, Any]
 ) -> list[dict[str, Any]]:
     """The first %(limit)s runs that pass ``where`` (and come after the cursor, if
     ``after``), in ``order``."""
-    whole = after.whole if after else None
-    cursored = where + ([whole] if whole else [])
+    whole, cursored = _cursored(where, after)
     conn = cur.connection
     passing = None  # the ids of the runs the page is among, if found another way
     if run_containment.correlated(where, args):  # tags or metadata among other conditions
@@ -370,8 +375,7 @@ async def _agent_by_agent(
     list would look for them anew (``tag=canary&finding=no_progress&q=agent-1``: 62
     agents, 3 s)."""
     if run_containment.correlated(where, args):
-        whole = after.whole if after else None
-        cursored = where + ([whole] if whole else [])
+        whole, cursored = _cursored(where, after)
         passing = await run_containment.passing_runs(
             cur.connection, cursored, whole, NEWEST_FIRST, {**args}, in_list_order=False
         )
